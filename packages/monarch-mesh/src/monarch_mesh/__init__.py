@@ -1,0 +1,42 @@
+"""Mesh algebra for Monarch in Python.
+
+Pure Python, no I/O: the names and shapes of meshes (``Extent``, ``Point``,
+``Shape``), the strided rank sets behind them (``Slice``), selections of
+ranks (``Selection``) and the trees broadcasts travel down
+(``RoutingTree``). The Python surface matches Monarch's ndslice types.
+"""
+
+from ._errors import (
+    DimensionNotFoundError,
+    MeshError,
+    MeshIndexError,
+    RankNotFoundError,
+    SelectionSyntaxError,
+    SliceError,
+)
+from ._extent import Extent, Point
+from ._routing import Branch, RoutingTree
+from ._selection import Selection
+from ._shape import Shape
+from ._slice import Slice
+
+NDSlice = Slice  # Monarch's other name for it
+
+__all__ = [
+    "Branch",
+    "DimensionNotFoundError",
+    "Extent",
+    "MeshError",
+    "MeshIndexError",
+    "NDSlice",
+    "Point",
+    "RankNotFoundError",
+    "RoutingTree",
+    "Selection",
+    "SelectionSyntaxError",
+    "Shape",
+    "Slice",
+    "SliceError",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,188 @@
+"""Multicast routing: the spanning tree a broadcast travels down.
+
+The destinations are numbered by position (row-major for a shape or slice,
+ascending for a list of ranks). Every node of the tree owns a *branch*, a run
+of consecutive positions ``[first, stop)``: it receives the message, delivers
+it locally, and splits the rest of its run into at most ``fanout`` nearly
+equal runs, one per child. So
+
+* each destination is reached exactly once, with no cycles;
+* the depth is at most ``ceil(log_fanout(N))``: a run of ``n <= fanout**k``
+  positions leaves runs of at most ``fanout**(k-1)`` positions to its children;
+* a subtree covers consecutive positions, so a broadcast to ``{hosts, gpus}``
+  crosses between hosts as little as the fan-out allows;
+* nothing is enumerated: a forwarding node needs only its own branch, and
+  any rank's branch is found by descending from the root in ``depth`` steps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple, Protocol
+
+from ._errors import RankNotFoundError, SliceError
+from ._shape import Shape
+from ._slice import Slice
+
+__all__ = ["Branch", "RoutingTree"]
+
+
+class Branch(NamedTuple):
+    """The positions ``[first, stop)`` one node of a routing tree is responsible for."""
+
+    first: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.first
+
+    def children(self, fanout: int) -> list[Branch]:
+        """The branches handed to this node's children."""
+        rest = self.stop - self.first - 1
+        if rest <= 0:
+            return []
+        count = min(fanout, rest)
+        small, big = divmod(rest, count)  # the first `big` runs get one extra
+        out = []
+        start = self.first + 1
+        for i in range(count):
+            stop = start + small + (i < big)
+            out.append(Branch(start, stop))
+            start = stop
+        return out
+
+    def child_containing(self, position: int, fanout: int) -> Branch:
+        """The child branch that holds ``position`` (which must not be ``first``)."""
+        rest = self.stop - self.first - 1
+        count = min(fanout, rest)
+        small, big = divmod(rest, count)
+        offset = position - self.first - 1
+        if offset < big * (small + 1):
+            start = self.first + 1 + offset // (small + 1) * (small + 1)
+            return Branch(start, start + small + 1)
+        start = self.first + 1 + big * (small + 1)
+        start += (offset - big * (small + 1)) // small * small
+        return Branch(start, start + small)
+
+
+class _Ranks(Protocol):
+    def __len__(self) -> int: ...
+    def __getitem__(self, position: int) -> int: ...
+    def index(self, rank: int) -> int: ...
+
+
+class _RankList:
+    """Ranks that no single strided slice holds: a sorted list and its inverse."""
+
+    def __init__(self, ranks: list[int]) -> None:
+        self._ranks = ranks
+        self._positions = {rank: i for i, rank in enumerate(ranks)}
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+    def __getitem__(self, position: int) -> int:
+        return self._ranks[position]
+
+    def index(self, rank: int) -> int:
+        try:
+            return self._positions[rank]
+        except KeyError:
+            raise RankNotFoundError(f"rank {rank} is not a destination") from None
+
+
+def _as_ranks(destinations: Shape | Slice | Iterable[int]) -> _Ranks:
+    if isinstance(destinations, Shape):
+        return destinations.ndslice
+    if isinstance(destinations, Slice):
+        return destinations
+    ranks = sorted(destinations)
+    slices = Slice.from_list(ranks)  # also rejects duplicates and bad values
+    return slices[0] if len(slices) == 1 else _RankList(ranks)
+
+
+def tree_depth(size: int, fanout: int) -> int:
+    """The depth of a routing tree over ``size`` destinations."""
+    depth = 0
+    while size > 1:
+        rest = size - 1
+        size = -(-rest // min(fanout, rest))
+        depth += 1
+    return depth
+
+
+class RoutingTree:
+    """The spanning tree for multicasting to ``destinations`` with ``fanout``.
+
+    >>> tree = RoutingTree(Slice.new_row_major([1000, 1000]), fanout=16)
+    >>> tree.root, tree.depth, len(tree.children(tree.root))
+    (0, 5, 16)
+    """
+
+    def __init__(self, destinations: Shape | Slice | Iterable[int], fanout: int = 16) -> None:
+        if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 1:
+            raise SliceError(f"fanout must be an int >= 1, got {fanout!r}")
+        self._ranks = _as_ranks(destinations)
+        if len(self._ranks) == 0:
+            raise SliceError("a routing tree needs at least one destination")
+        self.fanout = fanout
+
+    @property
+    def size(self) -> int:
+        """The number of destinations."""
+        return len(self._ranks)
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+    @property
+    def depth(self) -> int:
+        """Edges on the longest root-to-leaf path."""
+        return tree_depth(len(self._ranks), self.fanout)
+
+    @property
+    def root(self) -> int:
+        """The rank the sender hands the message to."""
+        return self._ranks[0]
+
+    @property
+    def whole(self) -> Branch:
+        """The root's branch: every position."""
+        return Branch(0, len(self._ranks))
+
+    def rank(self, position: int) -> int:
+        return self._ranks[position]
+
+    def position(self, rank: int) -> int:
+        return self._ranks.index(rank)
+
+    def branch(self, rank: int) -> Branch:
+        """The branch ``rank`` is responsible for."""
+        return self._descend(self._ranks.index(rank))[1]
+
+    def children(self, rank: int) -> list[int]:
+        """The ranks ``rank`` forwards to."""
+        return [self._ranks[b.first] for b in self.branch(rank).children(self.fanout)]
+
+    def parent(self, rank: int) -> int | None:
+        """The rank that forwards to ``rank``; ``None`` for the root."""
+        parent = self._descend(self._ranks.index(rank))[0]
+        return None if parent is None else self._ranks[parent.first]
+
+    def _descend(self, position: int) -> tuple[Branch | None, Branch]:
+        parent, branch = None, self.whole
+        while branch.first != position:
+            parent, branch = branch, branch.child_containing(position, self.fanout)
+        return parent, branch
+
+    def edges(self) -> Iterator[tuple[int, int]]:
+        """Every ``(parent, child)`` pair, breadth first. Enumerates the tree."""
+        queue = deque([self.whole])
+        while queue:
+            branch = queue.popleft()
+            source = self._ranks[branch.first]
+            for child in branch.children(self.fanout):
+                yield source, self._ranks[child.first]
+                queue.append(child)

@@ -37,8 +37,11 @@ class DimensionNotFoundError(MeshError, KeyError, ValueError, TypeError):
         self.label = label
 
 
-class MeshIndexError(MeshError, IndexError):
-    """An index or range outside a dimension or a slice."""
+class MeshIndexError(MeshError, IndexError, ValueError):
+    """An index or range outside a dimension or a slice.
+
+    Also a ``ValueError``, which Monarch's ``Shape.at``/``select`` raise here.
+    """
 
 
 class RankNotFoundError(MeshError, ValueError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from math import prod
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,16 @@ def check_labels(labels: Sequence[str]) -> tuple[str, ...]:
 def missing_dimension(label: object, labels: Sequence[str]) -> DimensionNotFoundError:
     known = ", ".join(labels) if labels else "none"
     return DimensionNotFoundError(f"Dimension {label!r} not found (dimensions: {known})", label)
+
+
+def _bare(label: str) -> str:
+    """A label as Monarch prints it in an extent: bare if it is a plain word."""
+    if _WORD.fullmatch(label):
+        return label
+    return '"' + label.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_WORD = re.compile(r"[A-Za-z0-9_]*")
 
 
 class Extent(Mapping[str, int]):
@@ -106,7 +117,9 @@ class Extent(Mapping[str, int]):
         return (Extent, (self._labels, self._sizes))
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}: {v}" for k, v in zip(self._labels, self._sizes, strict=True))
+        inner = ", ".join(
+            f"{_bare(k)}: {v}" for k, v in zip(self._labels, self._sizes, strict=True)
+        )
         return "{" + inner + "}"
 
 
@@ -131,7 +144,9 @@ class Point(Mapping[str, int]):
         if isinstance(rank, bool) or not isinstance(rank, int):
             raise TypeError(f"rank must be an int, got {type(rank).__name__}")
         if not 0 <= rank < n:
-            raise MeshIndexError(f"rank {rank} out of range for extent {extent} ({n} elements)")
+            raise MeshIndexError(
+                f"out of range: total ranks {n}; does not contain rank {rank} (extent {extent})"
+            )
         coords = []
         rest = rank
         for size in reversed(extent._sizes):

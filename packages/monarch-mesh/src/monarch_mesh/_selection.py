@@ -5,6 +5,7 @@ The text syntax, by example::
     *                 every rank
     ?                 any one rank
     (*, 0)            per dimension, in label order: every host, gpu 0
+    *, 0              the same (parentheses are optional around one term list)
     (0:2, 1:8:2)      ranges are start:stop[:step], as in Python (negatives too)
     (?, *)            one host chosen at random, all of its gpus
     (0, *) | (*, 0)   union
@@ -212,8 +213,9 @@ class _Parser:
 
     expr   := conj ('|' conj)*
     conj   := atom ('&' atom)*
-    atom   := '*' | '?' | '(' expr ')'  -- when '(' is followed by '('
-            | '(' term (',' term)* ')'
+    atom   := '(' expr ')'                -- when '(' is followed by '('
+            | '(' terms ')' | terms       -- a bare '*' or '?' means every / any one rank
+    terms  := term (',' term)*
     term   := '*' | '?' | INT | [INT] ':' [INT] [':' INT]
     """
 
@@ -272,20 +274,26 @@ class _Parser:
         return node
 
     def atom(self) -> _Node:
-        kind = self.peek()
-        if kind in ("*", "?"):
-            self.at += 1
-            return _Every() if kind == "*" else _AnyOne()
-        self.take("(", "'*', '?' or '('")
+        if self.peek() != "(":
+            return self.terms(closing=None)
+        self.at += 1
         if self.peek() == "(":
             node = self.expr()
             self.take(")", "')'")
             return node
+        return self.terms(closing=")")
+
+    def terms(self, closing: str | None) -> _Node:
+        """Dimension terms separated by commas. Outside parentheses a lone ``*``
+        is every rank and a lone ``?`` is any one rank."""
         terms = [self.term()]
         while self.peek() == ",":
             self.at += 1
             terms.append(self.term())
-        self.take(")", "',' or ')'")
+        if closing is not None:
+            self.take(closing, "',' or ')'")
+        elif len(terms) == 1 and isinstance(terms[0], _Every | _AnyOne):
+            return terms[0]
         return _Dims(tuple(terms))
 
     def term(self) -> _Term:

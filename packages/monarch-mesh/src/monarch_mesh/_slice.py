@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from itertools import product
 from math import prod
-from typing import Any
+from typing import Any, overload
 
 from ._errors import MeshIndexError, RankNotFoundError, SliceError
 
@@ -106,9 +106,17 @@ class Slice:
 
     # -- rank <-> position <-> coordinates -------------------------------------
 
-    def __getitem__(self, position: int) -> int:
-        """The rank at ``position`` (row-major); negative positions count from the end."""
+    @overload
+    def __getitem__(self, position: int) -> int: ...
+    @overload
+    def __getitem__(self, position: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, position: int | slice) -> int | tuple[int, ...]:
+        """The rank at ``position`` (row-major; negative counts from the end),
+        or a tuple of ranks for a Python slice of positions."""
         n = len(self)
+        if isinstance(position, slice):
+            return tuple(self[p] for p in range(n)[position])
         if position < 0:
             position += n
         if not 0 <= position < n:
@@ -119,8 +127,16 @@ class Slice:
             rank += c * stride
         return rank
 
+    def get(self, position: int) -> int:
+        """The rank at ``position``, as ``slice[position]`` (Monarch's spelling)."""
+        return self[position]
+
+    def nditem(self, coordinates: Sequence[int]) -> int:
+        """The rank at ``coordinates`` (Monarch's name for ``location``)."""
+        return self.location(coordinates)
+
     def location(self, coordinates: Sequence[int]) -> int:
-        """The rank at ``coordinates``."""
+        """The rank at ``coordinates``; ``IndexError`` if any is out of range."""
         if len(coordinates) != len(self._sizes):
             raise MeshIndexError(
                 f"expected {len(self._sizes)} coordinates, got {len(coordinates)}"
@@ -166,6 +182,8 @@ class Slice:
             yield from range(start, start + inner_span, inner[1])
 
     def _locate(self, rank: int) -> list[int] | None:
+        if 0 in self._sizes:
+            return None
         if self._dominant:
             rest = rank - self._offset
             if rest < 0:

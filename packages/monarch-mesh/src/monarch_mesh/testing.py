@@ -1,0 +1,44 @@
+"""Hypothesis strategies for meshes, for this package's tests and for the
+property tests of packages built on it. Needs ``hypothesis`` (the ``test``
+extra)."""
+
+from hypothesis import strategies as st
+
+from ._shape import Shape
+from ._slice import Slice
+
+__all__ = ["LABELS", "dense_shapes", "python_slices", "shapes", "sizes"]
+
+LABELS = ["hosts", "gpus", "racks", "zones", "cores"]
+
+
+@st.composite
+def sizes(draw, max_dims=4, max_size=6):
+    return draw(st.lists(st.integers(1, max_size), max_size=max_dims))
+
+
+@st.composite
+def python_slices(draw, size):
+    """A Python slice (possibly with negative bounds) that picks something from ``size``."""
+    while True:
+        start = draw(st.none() | st.integers(-size - 2, size + 2))
+        stop = draw(st.none() | st.integers(-size - 2, size + 2))
+        step = draw(st.none() | st.integers(1, size + 1))
+        if range(size)[slice(start, stop, step)]:
+            return slice(start, stop, step)
+
+
+@st.composite
+def dense_shapes(draw, max_dims=4, max_size=6):
+    dims = draw(sizes(max_dims, max_size))
+    return Shape(LABELS[: len(dims)], Slice.new_row_major(dims))
+
+
+@st.composite
+def shapes(draw, max_dims=4, max_size=6):
+    """Shapes reached from a dense one by a few selections (so possibly sparse)."""
+    shape = draw(dense_shapes(max_dims, max_size))
+    for label in draw(st.lists(st.sampled_from(shape.labels), max_size=3)) if shape.labels else []:
+        size = shape.extent[label]
+        shape = shape.select(label, draw(python_slices(size)))
+    return shape

@@ -1,6 +1,6 @@
 import pickle
-import re
 import random
+import re
 
 import pytest
 from hypothesis import given

@@ -1,5 +1,7 @@
 import pickle
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +21,11 @@ def test_basics(mesh):
         "Shape { labels: ['hosts', 'gpus'], slice: Slice { offset: 0, sizes: [2, 4], "
         "strides: [4, 1] } }"
     )
-    assert (mesh.labels, mesh.extent, len(mesh)) == (["hosts", "gpus"], Extent(["hosts", "gpus"], [2, 4]), 8)
+    assert (mesh.labels, mesh.extent, len(mesh)) == (
+        ["hosts", "gpus"],
+        Extent(["hosts", "gpus"], [2, 4]),
+        8,
+    )
     assert mesh.ranks() == list(range(8))
     assert mesh.coordinates(6) == {"hosts": 1, "gpus": 2}
     assert mesh.location(hosts=1, gpus=2) == 6
@@ -29,7 +35,13 @@ def test_basics(mesh):
 
 def test_unity():
     one = Shape.unity()
-    assert (str(one), one.labels, one.ranks(), len(one), one.coordinates(0)) == ("{}", [], [0], 1, {})
+    assert (str(one), one.labels, one.ranks(), len(one), one.coordinates(0)) == (
+        "{}",
+        [],
+        [0],
+        1,
+        {},
+    )
 
 
 def test_select_keeps_and_at_drops(mesh):
@@ -52,15 +64,21 @@ def test_index_is_mesh_slice(mesh):
 
 
 def test_errors_name_the_label_and_range(mesh):
-    with pytest.raises(TypeError, match="Shape does not have dimension labeled 'racks'.*hosts, gpus"):
+    with pytest.raises(
+        TypeError, match=r"Shape does not have dimension labeled 'racks'.*hosts, gpus"
+    ):
         mesh.select("racks", 0)
     with pytest.raises(ValueError, match="Shape does not have dimension labeled 'racks'"):
         mesh.index(hosts=0, racks=0)
-    with pytest.raises(IndexError, match=r"index 4 out of range for dimension 'gpus' of size 4 \(valid: 0..3\)"):
+    with pytest.raises(
+        IndexError, match=r"index 4 out of range for dimension 'gpus' of size 4 \(valid: 0..3\)"
+    ):
         mesh.at("gpus", 4)
     with pytest.raises(IndexError, match=r"index -3 out of range for dimension 'hosts' of size 2"):
         mesh.select("hosts", -3)
-    with pytest.raises(IndexError, match=r"slice 5:9 selects nothing from dimension 'gpus' of size 4"):
+    with pytest.raises(
+        IndexError, match=r"slice 5:9 selects nothing from dimension 'gpus' of size 4"
+    ):
         mesh.select("gpus", slice(5, 9))
     with pytest.raises(ValueError, match="step for dimension 'gpus' must be positive"):
         mesh.select("gpus", slice(None, None, -1))
@@ -82,11 +100,17 @@ def test_rename_split_flatten(mesh):
     big = Shape(["host", "gpu"], Slice.new_row_major([4, 8]))
     both = big.split(host=("dp", "pp"), gpu=("tp", "cp"), pp=2, cp=2)
     assert (both.labels, both.ndslice.sizes, both.ndslice.strides) == (
-        ["dp", "pp", "tp", "cp"], [2, 2, 4, 2], [16, 8, 2, 1])
+        ["dp", "pp", "tp", "cp"],
+        [2, 2, 4, 2],
+        [16, 8, 2, 1],
+    )
     assert str(mesh.flatten("rank")) == "{rank=8}"
     assert mesh.at("hosts", 1).flatten("g").ndslice == Slice(offset=4, sizes=[4], strides=[1])
     # evenly spaced but not contiguous still flattens
-    assert mesh.select("gpus", slice(None, None, 2)).select("hosts", 0).flatten("r").ranks() == [0, 2]
+    assert mesh.select("gpus", slice(None, None, 2)).select("hosts", 0).flatten("r").ranks() == [
+        0,
+        2,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -177,7 +201,7 @@ def test_dense_shapes_flatten_in_rank_order(shape):
 @given(shapes())
 def test_flatten_works_exactly_when_ranks_are_evenly_spaced(shape):
     ranks = shape.ranks()
-    steps = {b - a for a, b in zip(ranks, ranks[1:], strict=False)}
+    steps = {b - a for a, b in pairwise(ranks)}
     if len(steps) <= 1:
         assert shape.flatten("rank").ranks() == ranks
     else:

@@ -1,5 +1,5 @@
 import pickle
-from itertools import product
+from itertools import pairwise, product
 
 import pytest
 from hypothesis import example, given
@@ -146,7 +146,7 @@ def fewest_runs(values: list[int]) -> int:
     for j in range(1, len(values) + 1):
         for i in range(j):
             run = values[i:j]
-            if len({b - a for a, b in zip(run, run[1:], strict=False)}) <= 1:
+            if len({b - a for a, b in pairwise(run)}) <= 1:
                 best[j] = min(best[j], best[i] + 1)
     return best[-1]
 

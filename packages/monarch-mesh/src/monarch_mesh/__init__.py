@@ -40,3 +40,10 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# Report public classes as ``monarch_mesh.X`` (tracebacks, reprs), not by the
+# private module that defines them.
+for _name in __all__:
+    if _name != "NDSlice":
+        globals()[_name].__module__ = __name__
+del _name

@@ -179,10 +179,12 @@ class RoutingTree:
 
     def edges(self) -> Iterator[tuple[int, int]]:
         """Every ``(parent, child)`` pair, breadth first. Enumerates the tree."""
+        ranks = list(self._ranks) if isinstance(self._ranks, Slice) else self._ranks
         queue = deque([self.whole])
         while queue:
             branch = queue.popleft()
-            source = self._ranks[branch.first]
+            source = ranks[branch.first]
             for child in branch.children(self.fanout):
-                yield source, self._ranks[child.first]
-                queue.append(child)
+                yield source, ranks[child.first]
+                if child.stop - child.first > 1:
+                    queue.append(child)

@@ -242,7 +242,9 @@ class _Parser:
 
     def fail(self, expected: str) -> SelectionSyntaxError:
         found = "end of text" if self.peek() == "end" else repr(self.tokens[self.at][1])
-        return SelectionSyntaxError(f"expected {expected}, found {found}", self.text, self.position())
+        return SelectionSyntaxError(
+            f"expected {expected}, found {found}", self.text, self.position()
+        )
 
     def take(self, kind: str, expected: str) -> str:
         if self.peek() != kind:

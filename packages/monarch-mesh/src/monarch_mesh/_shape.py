@@ -33,9 +33,7 @@ def resolve_index(label: str, index: int | slice, size: int) -> range:
             )
         return range(position, position + 1)
     if index.step is not None and index.step <= 0:
-        raise SliceError(
-            f"slice step for dimension {label!r} must be positive, got {index.step}"
-        )
+        raise SliceError(f"slice step for dimension {label!r} must be positive, got {index.step}")
     picked = range(size)[index]
     if not picked:
         raise MeshIndexError(
@@ -62,7 +60,7 @@ class Shape:
 
     __slots__ = ("_labels", "_slice")
 
-    def __init__(self, labels: Sequence[str], slice: Slice) -> None:  # noqa: A002 (Monarch's name)
+    def __init__(self, labels: Sequence[str], slice: Slice) -> None:
         if not isinstance(slice, Slice):
             raise TypeError(f"slice must be a Slice, got {type(slice).__name__}")
         self._labels = check_labels(labels)
@@ -191,7 +189,9 @@ class Shape:
                 splits[key] = check_labels(value)
             else:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise SliceError(f"size of new dimension {key!r} must be an int >= 1, got {value!r}")
+                    raise SliceError(
+                        f"size of new dimension {key!r} must be an int >= 1, got {value!r}"
+                    )
                 sizes_given[key] = value
         used = {new for news in splits.values() for new in news}
         unused = sorted(set(sizes_given) - used)
@@ -266,8 +266,7 @@ def _split_sizes(
     unknown = [new for new in news if new not in given]
     if len(unknown) > 1:
         raise SliceError(
-            f"splitting {label!r} into {list(news)}: give the sizes of all but one of "
-            f"{unknown}"
+            f"splitting {label!r} into {list(news)}: give the sizes of all but one of {unknown}"
         )
     known = prod(given[new] for new in news if new in given)
     if unknown:

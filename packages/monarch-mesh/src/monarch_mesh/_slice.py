@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
-from itertools import product
+from itertools import pairwise, product
 from math import prod
 from typing import Any, overload
 
@@ -75,9 +75,13 @@ class Slice:
         partition into runs has fewer slices. Duplicates are rejected.
         """
         values = sorted(_check_int("rank", r, 0) for r in ranks)
-        for a, b in zip(values, values[1:], strict=False):
-            if a == b:
-                raise SliceError(f"rank {a} appears more than once")
+        if len(set(values)) != len(values):
+            dup = next(a for a, b in pairwise(values) if a == b)
+            raise SliceError(f"rank {dup} appears more than once")
+        if len(values) > 2:  # the common case, one progression, checked at C speed
+            step = values[1] - values[0]
+            if values == list(range(values[0], values[-1] + 1, step)):
+                return [Slice(offset=values[0], sizes=[len(values)], strides=[step])]
         return [
             Slice(offset=values[lo], sizes=[hi - lo], strides=[_run_step(values, lo, hi)])
             for lo, hi in _fewest_progressions(values)
@@ -138,9 +142,7 @@ class Slice:
     def location(self, coordinates: Sequence[int]) -> int:
         """The rank at ``coordinates``; ``IndexError`` if any is out of range."""
         if len(coordinates) != len(self._sizes):
-            raise MeshIndexError(
-                f"expected {len(self._sizes)} coordinates, got {len(coordinates)}"
-            )
+            raise MeshIndexError(f"expected {len(self._sizes)} coordinates, got {len(coordinates)}")
         rank = self._offset
         for dim, (c, size, stride) in enumerate(
             zip(coordinates, self._sizes, self._strides, strict=True)
@@ -239,11 +241,14 @@ class Slice:
     def as_progression(self) -> int | None:
         """The step if the ranks, in row-major order, form one arithmetic
         progression (so one 1-D slice holds them), else ``None``."""
-        dims = [(size, stride) for size, stride in zip(self._sizes, self._strides, strict=True)
-                if size > 1]
+        dims = [
+            (size, stride)
+            for size, stride in zip(self._sizes, self._strides, strict=True)
+            if size > 1
+        ]
         if not dims:
             return 1
-        for (_, outer), (size, inner) in zip(dims, dims[1:], strict=False):
+        for (_, outer), (size, inner) in pairwise(dims):
             if outer != inner * size:
                 return None
         return dims[-1][1]

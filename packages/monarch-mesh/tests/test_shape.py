@@ -1,5 +1,4 @@
 import pickle
-
 from itertools import pairwise
 
 import pytest

@@ -8,7 +8,6 @@ row-major order (the last dimension varies fastest).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from functools import cached_property
 from itertools import pairwise, product
 from math import prod
 from typing import Any, overload
@@ -37,22 +36,36 @@ class Slice:
     (two coordinates, one rank) are rejected with ``ValueError``.
     """
 
-    __slots__ = ("__dict__", "_offset", "_sizes", "_strides")
+    __slots__ = ("_by_stride", "_offset", "_positions", "_sizes", "_strides")
 
     def __init__(self, *, offset: int, sizes: Sequence[int], strides: Sequence[int]) -> None:
-        self._offset = _check_int("offset", offset, 0)
-        self._sizes = tuple(_check_int(f"sizes[{i}]", v, 0) for i, v in enumerate(sizes))
-        self._strides = tuple(_check_int(f"strides[{i}]", v, 1) for i, v in enumerate(strides))
-        if len(self._sizes) != len(self._strides):
+        sizes, strides = tuple(sizes), tuple(strides)
+        if not (
+            type(offset) is int
+            and offset >= 0
+            and all(type(v) is int and v >= 0 for v in sizes)
+            and all(type(v) is int and v >= 1 for v in strides)
+        ):  # the slow path, for the message (and int subclasses other than bool)
+            offset = _check_int("offset", offset, 0)
+            sizes = tuple(_check_int(f"sizes[{i}]", v, 0) for i, v in enumerate(sizes))
+            strides = tuple(_check_int(f"strides[{i}]", v, 1) for i, v in enumerate(strides))
+        if len(sizes) != len(strides):
             raise SliceError(
-                f"sizes and strides must have the same length, got {len(self._sizes)} sizes "
-                f"and {len(self._strides)} strides"
+                f"sizes and strides must have the same length, got {len(sizes)} sizes "
+                f"and {len(strides)} strides"
             )
-        if not self._dominant and len(set(self)) != len(self):
-            raise SliceError(
-                f"strides {list(self._strides)} alias for sizes {list(self._sizes)}: "
-                "two coordinates would name the same rank"
-            )
+        self._offset, self._sizes, self._strides = offset, sizes, strides
+        self._by_stride = _greedy_order(sizes, strides)
+        self._positions: dict[int, int] | None = None
+        if self._by_stride is None:
+            # No greedy decomposition: check for aliasing the hard way, and
+            # keep the table that rank lookups then need.
+            self._positions = {rank: position for position, rank in enumerate(self)}
+            if len(self._positions) != len(self):
+                raise SliceError(
+                    f"strides {list(strides)} alias for sizes {list(sizes)}: "
+                    "two coordinates would name the same rank"
+                )
 
     # -- construction ---------------------------------------------------------
 
@@ -186,12 +199,12 @@ class Slice:
     def _locate(self, rank: int) -> list[int] | None:
         if 0 in self._sizes:
             return None
-        if self._dominant:
+        coords = [0] * len(self._sizes)
+        if self._positions is None:
             rest = rank - self._offset
             if rest < 0:
                 return None
-            coords = [0] * len(self._sizes)
-            for dim in self._by_stride:
+            for dim in self._by_stride:  # type: ignore[union-attr]
                 c, rest = divmod(rest, self._strides[dim])
                 if c >= self._sizes[dim]:
                     return None
@@ -200,37 +213,9 @@ class Slice:
         position = self._positions.get(rank)
         if position is None:
             return None
-        coords = [0] * len(self._sizes)
         for dim in range(len(self._sizes) - 1, -1, -1):
             position, coords[dim] = divmod(position, self._sizes[dim])
         return coords
-
-    @cached_property
-    def _by_stride(self) -> tuple[int, ...]:
-        """Dimensions of size > 1, largest stride first."""
-        dims = [d for d, size in enumerate(self._sizes) if size > 1]
-        return tuple(sorted(dims, key=lambda d: -self._strides[d]))
-
-    @cached_property
-    def _dominant(self) -> bool:
-        """Whether every stride exceeds the farthest reach of all smaller ones.
-
-        Then the coordinates of a rank follow by greedy division (no lookup
-        table), and no two coordinates can alias. Every slice made by
-        selecting, splitting or flattening a row-major slice has this form.
-        """
-        if 0 in self._sizes:
-            return True
-        reach = 0
-        for dim in reversed(self._by_stride):
-            if self._strides[dim] <= reach:
-                return False
-            reach += self._strides[dim] * (self._sizes[dim] - 1)
-        return True
-
-    @cached_property
-    def _positions(self) -> dict[int, int]:
-        return {rank: position for position, rank in enumerate(self)}
 
     # -- structure ------------------------------------------------------------
 
@@ -274,6 +259,23 @@ class Slice:
             f"Slice {{ offset: {self._offset}, sizes: {list(self._sizes)}, "
             f"strides: {list(self._strides)} }}"
         )
+
+
+def _greedy_order(sizes: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The dimensions of size > 1, largest stride first, if every stride
+    exceeds the farthest reach of all smaller ones; else ``None``.
+
+    Then the coordinates of a rank follow by greedy division in this order
+    (no lookup table), and no two coordinates can alias. Every slice made by
+    selecting, splitting or flattening a row-major slice has this form.
+    """
+    dims = sorted((d for d, size in enumerate(sizes) if size > 1), key=strides.__getitem__)
+    reach = 0
+    for dim in dims:
+        if strides[dim] <= reach:
+            return None if 0 not in sizes else tuple(dims[::-1])
+        reach += strides[dim] * (sizes[dim] - 1)
+    return tuple(dims[::-1])
 
 
 def _rebuild(offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> Slice:

@@ -2,6 +2,8 @@
 property tests of packages built on it. Needs ``hypothesis`` (the ``test``
 extra)."""
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from ._shape import Shape
@@ -9,16 +11,18 @@ from ._slice import Slice
 
 __all__ = ["LABELS", "dense_shapes", "python_slices", "shapes", "sizes"]
 
+Draw = Any  # hypothesis passes a draw function to each composite strategy
+
 LABELS = ["hosts", "gpus", "racks", "zones", "cores"]
 
 
 @st.composite
-def sizes(draw, max_dims=4, max_size=6):
+def sizes(draw: Draw, max_dims: int = 4, max_size: int = 6) -> list[int]:
     return draw(st.lists(st.integers(1, max_size), max_size=max_dims))
 
 
 @st.composite
-def python_slices(draw, size):
+def python_slices(draw: Draw, size: int) -> slice:
     """A Python slice (possibly with negative bounds) that picks something from ``size``."""
     while True:
         start = draw(st.none() | st.integers(-size - 2, size + 2))
@@ -29,13 +33,13 @@ def python_slices(draw, size):
 
 
 @st.composite
-def dense_shapes(draw, max_dims=4, max_size=6):
+def dense_shapes(draw: Draw, max_dims: int = 4, max_size: int = 6) -> Shape:
     dims = draw(sizes(max_dims, max_size))
     return Shape(LABELS[: len(dims)], Slice.new_row_major(dims))
 
 
 @st.composite
-def shapes(draw, max_dims=4, max_size=6):
+def shapes(draw: Draw, max_dims: int = 4, max_size: int = 6) -> Shape:
     """Shapes reached from a dense one by a few selections (so possibly sparse)."""
     shape = draw(dense_shapes(max_dims, max_size))
     for label in draw(st.lists(st.sampled_from(shape.labels), max_size=3)) if shape.labels else []:

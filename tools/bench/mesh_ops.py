@@ -33,12 +33,12 @@ def workload(api: dict[str, object]) -> dict[str, Callable[[], object]]:
     positions = [rng.randrange(HOSTS * GPUS) for _ in range(1000)]
     sparse = list(range(0, HOSTS * GPUS, 3))
     ops: dict[str, Callable[[], object]] = {
-        "build a 1M-rank shape": lambda: Shape(
-            ["hosts", "gpus"], Slice.new_row_major([HOSTS, GPUS])
-        ),
-        "slice it: hosts 1000::7, then gpus=2": lambda: mesh.select(
-            "hosts", slice(1000, None, 7)
-        ).at("gpus", 2),
+        "build a 1M-rank shape, 1000 times": lambda: [
+            Shape(["hosts", "gpus"], Slice.new_row_major([HOSTS, GPUS])) for _ in range(1000)
+        ],
+        "slice it (hosts 1000::7, then gpus=2), 1000 times": lambda: [
+            mesh.select("hosts", slice(1000, None, 7)).at("gpus", 2) for _ in range(1000)
+        ],
         "rank -> coordinates, 1000 ranks": lambda: [mesh.coordinates(r) for r in ranks],
         "rank -> position, 1000 ranks": lambda: [mesh.ndslice.index(r) for r in ranks],
         "position -> rank, 1000 positions": lambda: [mesh.ndslice[p] for p in positions],

@@ -71,6 +71,13 @@ class Shape:
             )
         self._slice = slice
 
+    @classmethod
+    def _trusted(cls, labels: tuple[str, ...], slice: Slice) -> Shape:  # noqa: A002
+        """A shape from labels and a slice already known to fit (derived shapes)."""
+        shape = cls.__new__(cls)
+        shape._labels, shape._slice = labels, slice
+        return shape
+
     @staticmethod
     def unity() -> Shape:
         """The shape with no dimensions: exactly one rank, rank 0."""
@@ -112,12 +119,12 @@ class Shape:
         leaves it with size 1)."""
         dim = self._dim(label)
         s = self._slice
-        picked = resolve_index(label, index, s.sizes[dim])
-        sizes, strides = s.sizes, s.strides
-        offset = s.offset + picked.start * strides[dim]
+        picked = resolve_index(label, index, s._sizes[dim])
+        sizes, strides = list(s._sizes), list(s._strides)
+        offset = s._offset + picked.start * strides[dim]
         sizes[dim] = len(picked)
         strides[dim] *= picked.step
-        return Shape(self._labels, Slice(offset=offset, sizes=sizes, strides=strides))
+        return Shape._trusted(self._labels, Slice._trusted(offset, tuple(sizes), tuple(strides)))
 
     def at(self, label: str, index: int) -> Shape:
         """Fix dimension ``label`` at ``index`` and drop it."""
@@ -125,12 +132,12 @@ class Shape:
             raise TypeError(f"at() takes an int index for {label!r}, got {index!r}")
         dim = self._dim(label)
         s = self._slice
-        picked = resolve_index(label, index, s.sizes[dim])
-        sizes, strides = s.sizes, s.strides
-        offset = s.offset + picked.start * strides.pop(dim)
-        del sizes[dim]
+        picked = resolve_index(label, index, s._sizes[dim])
+        offset = s._offset + picked.start * s._strides[dim]
+        sizes = s._sizes[:dim] + s._sizes[dim + 1 :]
+        strides = s._strides[:dim] + s._strides[dim + 1 :]
         labels = self._labels[:dim] + self._labels[dim + 1 :]
-        return Shape(labels, Slice(offset=offset, sizes=sizes, strides=strides))
+        return Shape._trusted(labels, Slice._trusted(offset, sizes, strides))
 
     def index(self, **coords: int | slice) -> Shape:
         """Select several dimensions at once, as ``mesh.slice(**coords)`` does:

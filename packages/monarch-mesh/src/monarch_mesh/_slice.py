@@ -54,6 +54,16 @@ class Slice:
                 f"sizes and strides must have the same length, got {len(sizes)} sizes "
                 f"and {len(strides)} strides"
             )
+        self._init(offset, sizes, strides)
+
+    @classmethod
+    def _trusted(cls, offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> Slice:
+        """A slice from values already known to be ints in range (derived slices)."""
+        s = cls.__new__(cls)
+        s._init(offset, sizes, strides)
+        return s
+
+    def _init(self, offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> None:
         self._offset, self._sizes, self._strides = offset, sizes, strides
         self._by_stride = _greedy_order(sizes, strides)
         self._positions: dict[int, int] | None = None
@@ -87,7 +97,12 @@ class Slice:
         consecutive ranks that forms an arithmetic progression, and no
         partition into runs has fewer slices. Duplicates are rejected.
         """
-        values = sorted(_check_int("rank", r, 0) for r in ranks)
+        values = list(ranks)
+        if not all(type(v) is int for v in values):
+            values = [_check_int("rank", v, 0) for v in values]
+        values.sort()
+        if values and values[0] < 0:
+            raise SliceError(f"rank must be >= 0, got {values[0]}")
         if len(set(values)) != len(values):
             dup = next(a for a, b in pairwise(values) if a == b)
             raise SliceError(f"rank {dup} appears more than once")

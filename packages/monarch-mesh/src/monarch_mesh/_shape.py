@@ -72,7 +72,7 @@ class Shape:
         self._slice = slice
 
     @classmethod
-    def _trusted(cls, labels: tuple[str, ...], slice: Slice) -> Shape:  # noqa: A002
+    def _trusted(cls, labels: tuple[str, ...], slice: Slice) -> Shape:
         """A shape from labels and a slice already known to fit (derived shapes)."""
         shape = cls.__new__(cls)
         shape._labels, shape._slice = labels, slice
@@ -239,7 +239,7 @@ class Shape:
         return Shape([label], Slice(offset=self._slice.offset, sizes=[len(self)], strides=[step]))
 
     def _preview(self) -> str:
-        ranks = []
+        ranks: list[int] = []
         for rank in self._slice:
             if len(ranks) == 6:
                 return "[" + ", ".join(map(str, ranks)) + ", ...]"

@@ -18,7 +18,8 @@ LABELS = ["hosts", "gpus", "racks", "zones", "cores"]
 
 @st.composite
 def sizes(draw: Draw, max_dims: int = 4, max_size: int = 6) -> list[int]:
-    return draw(st.lists(st.integers(1, max_size), max_size=max_dims))
+    dims: list[int] = draw(st.lists(st.integers(1, max_size), max_size=max_dims))
+    return dims
 
 
 @st.composite
@@ -41,7 +42,7 @@ def dense_shapes(draw: Draw, max_dims: int = 4, max_size: int = 6) -> Shape:
 @st.composite
 def shapes(draw: Draw, max_dims: int = 4, max_size: int = 6) -> Shape:
     """Shapes reached from a dense one by a few selections (so possibly sparse)."""
-    shape = draw(dense_shapes(max_dims, max_size))
+    shape: Shape = draw(dense_shapes(max_dims, max_size))
     for label in draw(st.lists(st.sampled_from(shape.labels), max_size=3)) if shape.labels else []:
         size = shape.extent[label]
         shape = shape.select(label, draw(python_slices(size)))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from ._errors import SelectionSyntaxError, SliceError
-from ._shape import Shape, resolve_index
+from ._shape import Shape
 
 __all__ = ["Selection"]
 
@@ -198,8 +198,7 @@ def _box(node: _Dims, shape: Shape, rng: random.Random) -> Shape:
             index = term.value
         else:
             index = slice(term.start, term.stop, term.step)
-        picked = resolve_index(label, index, size)
-        shape = shape.select(label, slice(picked.start, picked.stop, picked.step))
+        shape = shape.select(label, index)
     return shape
 
 

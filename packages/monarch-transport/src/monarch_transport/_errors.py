@@ -1,0 +1,41 @@
+"""The exception hierarchy of monarch_transport."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AddressError",
+    "AuthenticationError",
+    "DecodeError",
+    "EncodeError",
+    "MessageTooLarge",
+    "PeerDisconnected",
+    "TransportError",
+]
+
+
+class TransportError(Exception):
+    """Base class of every error raised by monarch_transport."""
+
+
+class AddressError(TransportError, ValueError):
+    """An address that does not parse, or names an unknown scheme."""
+
+
+class EncodeError(TransportError, TypeError):
+    """A value that cannot be encoded (for example, it cannot be pickled)."""
+
+
+class DecodeError(TransportError, ValueError):
+    """Bytes that are not a valid message."""
+
+
+class MessageTooLarge(TransportError, ValueError):
+    """A message above the configured maximum size."""
+
+
+class AuthenticationError(TransportError, ConnectionError):
+    """A peer that could not prove it knows the job's secret."""
+
+
+class PeerDisconnected(TransportError, ConnectionError):
+    """The peer closed the connection, or it broke."""

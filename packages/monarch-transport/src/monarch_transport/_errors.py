@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "AddressError",
     "AuthenticationError",
+    "ConnectError",
     "DecodeError",
     "EncodeError",
     "MessageTooLarge",
@@ -35,6 +36,10 @@ class MessageTooLarge(TransportError, ValueError):
 
 class AuthenticationError(TransportError, ConnectionError):
     """A peer that could not prove it knows the job's secret."""
+
+
+class ConnectError(TransportError, ConnectionError):
+    """Nothing listens at the address, or it cannot be bound."""
 
 
 class PeerDisconnected(TransportError, ConnectionError):

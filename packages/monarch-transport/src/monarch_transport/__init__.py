@@ -1,0 +1,78 @@
+"""Transport for Monarch in Python.
+
+Addresses (``tcp://``, ``ipc://``/``unix://``, ``inproc://``), the
+``Transport`` interface with its backends (``nng`` through pynng, the
+default; plain ``socket``; ``inproc``), the codec (a msgpack header plus a
+pickle-5 payload whose large buffers travel out of band) and connection
+authentication on the job's secret. No actor concepts live here.
+
+>>> import asyncio
+>>> async def demo():
+...     async with await listen("inproc://demo") as inbox:
+...         async with await connect(inbox.address) as out:
+...             await out.send(encode({"hello": "world"}))
+...             event = await inbox.receive()
+...             return decode(event.frames)[1]
+>>> asyncio.run(demo())
+{'hello': 'world'}
+"""
+
+from ._address import Address, ChannelTransport
+from ._auth import SECRET_ENV, job_secret
+from ._codec import decode, decode_header, encode
+from ._errors import (
+    AddressError,
+    AuthenticationError,
+    ConnectError,
+    DecodeError,
+    EncodeError,
+    MessageTooLarge,
+    PeerDisconnected,
+    TransportError,
+)
+from ._interface import (
+    Event,
+    Listener,
+    ListenerClosed,
+    Peer,
+    PeerLeft,
+    Received,
+    Sender,
+    Settings,
+    Transport,
+)
+from ._select import connect, default_listen_address, enable_transport, listen, transport_for
+
+__all__ = [
+    "SECRET_ENV",
+    "Address",
+    "AddressError",
+    "AuthenticationError",
+    "ChannelTransport",
+    "ConnectError",
+    "DecodeError",
+    "EncodeError",
+    "Event",
+    "Listener",
+    "ListenerClosed",
+    "MessageTooLarge",
+    "Peer",
+    "PeerDisconnected",
+    "PeerLeft",
+    "Received",
+    "Sender",
+    "Settings",
+    "Transport",
+    "TransportError",
+    "connect",
+    "decode",
+    "decode_header",
+    "default_listen_address",
+    "enable_transport",
+    "encode",
+    "job_secret",
+    "listen",
+    "transport_for",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,123 @@
+"""Connection authentication: an HMAC challenge-response on the job's secret.
+
+Both sides prove they know the secret without sending it, and each proof is
+bound to nonces of both sides, so a recorded handshake cannot be replayed:
+
+    client -> HELLO      client nonce, client name
+    server -> CHALLENGE  server nonce, HMAC(secret, "server" | client nonce | server nonce)
+    client -> PROOF      HMAC(secret, "client" | server nonce | client nonce)
+    server -> WELCOME    (or DENIED with the reason, then it closes)
+
+Until WELCOME the server accepts nothing but these steps, so no byte of an
+unauthenticated peer ever reaches the codec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from dataclasses import dataclass, field
+
+from ._errors import AuthenticationError
+from ._wire import Kind
+
+__all__ = ["ClientHandshake", "ServerHandshake", "job_secret", "SECRET_ENV"]
+
+SECRET_ENV = "MONARCH_JOB_SECRET"
+NONCE = 16
+PROOF = hashlib.sha256().digest_size
+MAX_NAME = 256
+
+
+def job_secret() -> bytes:
+    """This job's secret: ``$MONARCH_JOB_SECRET`` (hex), made and exported on
+    first use so that every process the job starts inherits it."""
+    text = os.environ.get(SECRET_ENV)
+    if text is None:
+        text = secrets.token_hex(32)
+        os.environ[SECRET_ENV] = text
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        raise AuthenticationError(f"{SECRET_ENV} must be hex digits, got {len(text)} other characters") from None
+    if len(secret) < 16:
+        raise AuthenticationError(f"{SECRET_ENV} must hold at least 16 bytes (32 hex digits)")
+    return secret
+
+
+def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(secret, role + first + second, hashlib.sha256).digest()
+
+
+@dataclass
+class ServerHandshake:
+    """The listening side's steps, one message at a time. ``step`` returns the
+    reply to send; ``done`` turns true after WELCOME. Any misstep raises
+    ``AuthenticationError`` (the caller sends DENIED and closes)."""
+
+    secret: bytes
+    nonce: bytes = field(default_factory=lambda: os.urandom(NONCE))
+    peer_name: str = ""
+    done: bool = False
+    _client_nonce: bytes = b""
+
+    def step(self, kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
+        payload = bytes(payload)
+        if not self._client_nonce:
+            if kind != Kind.HELLO or len(payload) < NONCE or len(payload) > NONCE + MAX_NAME:
+                raise AuthenticationError("expected a HELLO from a new connection")
+            self._client_nonce = payload[:NONCE]
+            try:
+                self.peer_name = payload[NONCE:].decode()
+            except UnicodeDecodeError:
+                raise AuthenticationError("peer name in HELLO is not UTF-8") from None
+            proof = _mac(self.secret, b"server", self._client_nonce, self.nonce)
+            return Kind.CHALLENGE, self.nonce + proof
+        if self.done or kind != Kind.PROOF or len(payload) != PROOF:
+            raise AuthenticationError("expected the PROOF answering our challenge")
+        expected = _mac(self.secret, b"client", self.nonce, self._client_nonce)
+        if not hmac.compare_digest(payload, expected):
+            raise AuthenticationError("peer does not know this job's secret")
+        self.done = True
+        return Kind.WELCOME, b""
+
+
+@dataclass
+class ClientHandshake:
+    """The connecting side's steps: ``hello()``, then ``answer(challenge)``,
+    then ``check(reply)``."""
+
+    secret: bytes
+    name: str = ""
+    nonce: bytes = field(default_factory=lambda: os.urandom(NONCE))
+
+    def hello(self) -> tuple[int, bytes]:
+        name = self.name.encode()
+        if len(name) > MAX_NAME:
+            raise AuthenticationError(f"connection name is {len(name)} bytes; at most {MAX_NAME}")
+        return Kind.HELLO, self.nonce + name
+
+    def answer(self, kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
+        payload = bytes(payload)
+        if kind == Kind.DENIED:
+            raise AuthenticationError(f"the listener refused us: {payload.decode(errors='replace')}")
+        if kind != Kind.CHALLENGE or len(payload) != NONCE + PROOF:
+            raise AuthenticationError("the listener did not answer with a challenge")
+        server_nonce, proof = payload[:NONCE], payload[NONCE:]
+        if not hmac.compare_digest(proof, _mac(self.secret, b"server", self.nonce, server_nonce)):
+            raise AuthenticationError(
+                "the listener does not know this job's secret (is it another job's address?)"
+            )
+        return Kind.PROOF, _mac(self.secret, b"client", server_nonce, self.nonce)
+
+    def check(self, kind: int, payload: bytes | memoryview) -> None:
+        if kind == Kind.WELCOME:
+            return
+        if kind == Kind.DENIED:
+            raise AuthenticationError(
+                f"the listener refused us: {bytes(payload).decode(errors='replace')} "
+                f"(do both sides have the same {SECRET_ENV}?)"
+            )
+        raise AuthenticationError(f"unexpected message kind {kind} during the handshake")

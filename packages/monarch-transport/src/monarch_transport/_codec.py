@@ -1,0 +1,613 @@
+"""The codec: a payload and a header in, a list of frames out, and back.
+
+A message is a list of frames (buffers), so that big binary values travel
+without first being copied into one contiguous blob:
+
+* ``frames[0]``: one codec version byte, then the header as msgpack. Routers
+  read it with :func:`decode_header` without unpickling anything.
+* ``frames[1]``: the payload's pickle stream: protocol 5, written by
+  cloudpickle's pickler, so that classes and functions defined in ``__main__``,
+  lambdas and closures travel by value.
+* ``frames[2:]``: out-of-band buffers, as flat unsigned-byte memoryviews over
+  the sender's own memory: numpy arrays, torch CPU tensors (when the sender has
+  imported torch), and ``bytes``, ``bytearray`` and ``memoryview`` values of at
+  least ``inline_threshold`` bytes. Nothing is copied on the send side, so the
+  sender must leave those objects alone until the frames have been sent.
+
+Decoded values sit on the received buffers where they can (numpy arrays,
+memoryviews, tensors over a writable buffer): decode a list of frames once, and
+copy a value before handing it to code that must not share it.
+
+Unpickling runs code chosen by the sender: decode only frames from peers that
+have authenticated.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import pickle
+import sys
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pickle import PickleBuffer
+from typing import Any, Final
+
+import cloudpickle  # type: ignore[import-untyped]
+import msgpack  # type: ignore[import-untyped]
+
+from ._errors import DecodeError, EncodeError, MessageTooLarge
+
+__all__ = [
+    "CODEC_VERSION",
+    "DEFAULT_INLINE_THRESHOLD",
+    "decode",
+    "decode_header",
+    "encode",
+    "frames_size",
+]
+
+CODEC_VERSION: Final = 1
+"""The version byte that starts every header frame; a peer that speaks another refuses it."""
+
+DEFAULT_INLINE_THRESHOLD: Final = 64 * 1024
+"""Bytes-like values this big or bigger travel out-of-band, as frames of their own."""
+
+_PROTOCOL: Final = 5
+_VERSION_PREFIX: Final = bytes([CODEC_VERSION])
+_EMPTY_HEADER_FRAME: Final[bytes] = _VERSION_PREFIX + msgpack.packb({})
+
+# CPython's C pickler streams a bytes-like value of FRAME_SIZE_TARGET (64 KiB) bytes or
+# more to the file as a chunk of its own, right after a chunk that ends with the value's
+# opcode and length. That lets the fast pass spot big inline bytes without a hook that
+# runs for every object (see _holds_large_bytes).
+_STREAMED_SIZE: Final = 64 * 1024
+_BINBYTES: Final = ord(pickle.BINBYTES)
+_BINBYTES8: Final = ord(pickle.BINBYTES8)
+_BYTEARRAY8: Final = ord(pickle.BYTEARRAY8)
+
+# The two kinds of pickler, as indexes into _ThreadState.picklers and _PICKLER_TYPES.
+_PLAIN: Final = 0
+_BUFFERED: Final = 1
+
+# A pickler is reused for the next message only after a stream this small (see
+# _Pickler.retired); making a fresh one costs about as much as pickling 1 KiB.
+_REUSE_LIMIT: Final = 1024
+
+# The persistent-id kinds of out-of-band bytes and bytearray values.
+_BYTES: Final = 0
+_BYTEARRAY: Final = 1
+
+# memoryview.cast accepts only native single-character formats, so only views with one
+# of these keep their format and shape across the wire; others arrive as flat bytes.
+_CASTABLE_FORMATS: Final = frozenset(
+    [*"cbBhHiIlLqQnNfd?P", *(f"@{char}" for char in "cbBhHiIlLqQnNfd?P")]
+)
+
+_cloudpickle_reducer_override = cloudpickle.Pickler.reducer_override
+_pickler_dump = pickle.Pickler.dump
+_loads = pickle.loads
+_unpackb = msgpack.unpackb
+
+# Resolved lazily: torch is optional and never imported here; once the process has
+# imported it, the Tensor type is looked up once and kept.
+_tensor_type: type[Any] | None = None
+_torch_dtype_names: dict[Any, str] = {}
+
+
+def encode(
+    payload: object,
+    header: Mapping[str, Any] | None = None,
+    *,
+    max_size: int | None = None,
+    inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+) -> list[bytes | memoryview]:
+    """Encode ``payload`` and ``header`` into frames: ``[header, pickle, *buffers]``.
+
+    The header must hold only what msgpack encodes (None, bool, int, float, str,
+    bytes, and lists, tuples and dicts of these; tuples arrive as lists); it
+    stays readable without unpickling. The payload may be anything cloudpickle
+    can pickle. Out-of-band frames share memory with the payload's objects.
+
+    >>> frames = encode({"x": 1}, {"to": "actor"})
+    >>> len(frames), decode(frames)
+    (2, ({'to': 'actor'}, {'x': 1}))
+
+    Raises :class:`EncodeError` for a header msgpack cannot encode or a payload
+    that cannot be pickled, and :class:`MessageTooLarge` when the frames add up
+    to more than ``max_size`` bytes.
+    """
+    global _tensor_type
+    if inline_threshold < 0:
+        raise ValueError(f"inline_threshold must be >= 0 bytes, got {inline_threshold}")
+    state = _state
+    frames: list[bytes | memoryview] = [_encode_header(header, state.packer)]
+    if _tensor_type is None and "torch" in sys.modules:
+        _tensor_type = getattr(sys.modules["torch"], "Tensor", None)
+    tensor_type = _tensor_type
+
+    # The plain pickler first: it has no hook for bytes, which is right unless a
+    # big one turns up. Below _STREAMED_SIZE it could not tell, so it is skipped.
+    kind = _PLAIN if inline_threshold >= _STREAMED_SIZE else _BUFFERED
+    picklers = state.picklers
+    while True:
+        pickler = picklers[kind]
+        if pickler is None or pickler.busy:  # busy: encode called from inside a reduction
+            pickler = _PICKLER_TYPES[kind]()
+            if picklers[kind] is None:
+                picklers[kind] = pickler
+        try:
+            if pickler.run(frames, payload, inline_threshold, tensor_type):
+                break
+        finally:
+            if pickler.retired and picklers[kind] is pickler:
+                picklers[kind] = None
+        kind = _BUFFERED
+    if max_size is not None:
+        _check_size(frames, max_size)
+    return frames
+
+
+def decode_header(frames: Sequence[bytes | bytearray | memoryview]) -> dict[str, Any]:
+    """The header of a message, read from ``frames[0]`` alone: nothing is unpickled.
+
+    >>> decode_header(encode(object(), {"seq": 7}))
+    {'seq': 7}
+
+    Raises :class:`DecodeError` for an empty message, a codec version other
+    than :data:`CODEC_VERSION`, or a header that is not a msgpack map.
+    """
+    try:
+        frame = frames[0]
+    except IndexError:
+        raise DecodeError(
+            "cannot decode an empty message: it has no frames; a message is a header "
+            "frame, a pickle frame, then any out-of-band buffers"
+        ) from None
+    except Exception as error:
+        raise DecodeError(
+            f"frames must be a sequence of bytes-like objects, got {type(frames).__name__}"
+        ) from error
+    try:
+        data = frame if type(frame) is bytes else memoryview(frame).cast("B")
+        version = data[0]
+    except IndexError:
+        raise DecodeError(
+            "the header frame is empty; it must start with the codec version byte"
+        ) from None
+    except Exception as error:
+        raise DecodeError(
+            f"the header frame must be a contiguous bytes-like object, got {type(frame).__name__}"
+        ) from error
+    if version != CODEC_VERSION:
+        raise DecodeError(
+            f"unsupported codec version {version}; this side speaks {CODEC_VERSION} "
+            "(were the peers built from different releases?)"
+        )
+    try:
+        # strict_map_key=False: int and bytes keys round-trip, as msgpack packed them.
+        header = _unpackb(data[1:], strict_map_key=False)
+    except Exception as error:
+        raise DecodeError(
+            f"the header frame does not hold valid msgpack ({_describe(error)})"
+        ) from error
+    if type(header) is not dict:
+        raise DecodeError(f"the header must be a msgpack map, got {type(header).__name__}")
+    return header
+
+
+def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, Any], object]:
+    """Decode frames made by :func:`encode` into ``(header, payload)``.
+
+    Values sent out-of-band come back as the types sent, on the received buffers
+    where the type allows it: numpy arrays and memoryviews always, tensors and
+    bytearrays when the frame is writable, bytes when the frame is ``bytes``.
+
+    Raises :class:`DecodeError`, and nothing else, for frames that are not a
+    valid message, or whose payload cannot be unpickled here (for example, it
+    needs a module this process cannot import).
+    """
+    header = decode_header(frames)
+    count = len(frames)
+    if count < 2:
+        raise DecodeError(
+            "the message has a header frame but no pickle frame; a message is a header "
+            "frame, a pickle frame, then any out-of-band buffers"
+        )
+    try:
+        if count == 2:
+            payload = _loads(frames[1])
+        else:
+            payload = _Unpickler(io.BytesIO(frames[1]), buffers=frames[2:]).load()
+    except Exception as error:  # a corrupt stream can raise almost anything
+        raise DecodeError(
+            f"cannot unpickle the payload ({_describe(error)}); the frames are "
+            "corrupt or incomplete, or the payload needs a module this process cannot import"
+        ) from error
+    return header, payload
+
+
+def frames_size(frames: Iterable[bytes | bytearray | memoryview]) -> int:
+    """The total size of ``frames`` in bytes, as they go on the wire.
+
+    >>> frames_size([b"ab", bytearray(3), memoryview(b"xyz")])
+    8
+    """
+    total = 0
+    for frame in frames:
+        total += frame.nbytes if type(frame) is memoryview else len(frame)
+    return total
+
+
+# -- encoding -------------------------------------------------------------------------
+
+
+def _encode_header(header: Mapping[str, Any] | None, packer: Any) -> bytes:
+    if header is None:
+        return _EMPTY_HEADER_FRAME
+    if type(header) is not dict:
+        if not isinstance(header, Mapping):
+            raise EncodeError(
+                f"the header must be a mapping of str keys to msgpack values, "
+                f"got {type(header).__name__}"
+            )
+        header = dict(header)  # msgpack packs only real dicts as maps
+    if not header:
+        return _EMPTY_HEADER_FRAME
+    try:
+        packed: bytes = packer.pack(header)
+    except Exception as error:
+        where, culprit = _find_unpackable(header, "header", packer)
+        raise EncodeError(
+            f"cannot encode the header: msgpack cannot encode {where}, of type "
+            f"{_type_name(culprit)} ({_describe(error)}); headers hold only None, bool, int, "
+            "float, str, bytes, and lists, tuples and dicts of these: put other values in "
+            "the payload"
+        ) from error
+    return _VERSION_PREFIX + packed
+
+
+def _find_unpackable(value: object, where: str, packer: Any, depth: int = 0) -> tuple[str, object]:
+    """The path to, and the value of, the innermost part of ``value`` msgpack refuses."""
+    if depth < 32:  # a self-referencing container would otherwise recurse forever
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not _packs(key, packer):
+                    return f"{where} key {key!r}", key
+                if not _packs(item, packer):
+                    return _find_unpackable(item, f"{where}[{key!r}]", packer, depth + 1)
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                if not _packs(item, packer):
+                    return _find_unpackable(item, f"{where}[{index}]", packer, depth + 1)
+    return where, value
+
+
+def _packs(value: object, packer: Any) -> bool:
+    try:
+        packer.pack(value)
+    except Exception:
+        return False
+    return True
+
+
+def _check_size(frames: list[bytes | memoryview], max_size: int) -> None:
+    size = frames_size(frames)
+    if size > max_size:
+        # Release the views now, so the payload's buffers are not left exported (and a
+        # bytearray left unresizable) while the caller handles the error.
+        for frame in frames[2:]:
+            if type(frame) is memoryview:
+                frame.release()
+        raise MessageTooLarge(
+            f"the message is {size} bytes, above the limit of {max_size} bytes; send "
+            "less per message, or raise the limit (max_size is configurable)"
+        )
+
+
+def _holds_large_bytes(chunks: list[bytes | bytearray], threshold: int) -> bool:
+    """Whether the fast pass wrote a bytes or bytearray of ``threshold`` bytes or more inline.
+
+    Only the C pickler's streamed chunks need checking: ``threshold`` is at least
+    the size from which every bytes-like value is streamed as a chunk of its own.
+    A false alarm costs a second pass, never a wrong message.
+    """
+    for index in range(1, len(chunks)):
+        size = len(chunks[index])
+        if size >= threshold:
+            before = chunks[index - 1]
+            if (
+                len(before) >= 5
+                and before[-5] == _BINBYTES
+                and int.from_bytes(before[-4:], "little") == size
+            ) or (
+                len(before) >= 9
+                and before[-9] in (_BINBYTES8, _BYTEARRAY8)
+                and int.from_bytes(before[-8:], "little") == size
+            ):
+                return True
+    return False
+
+
+class _Sink:
+    """A write-only file whose ``write`` is a list's ``append``: no copy, no Python frame."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, chunks: list[bytes | bytearray]) -> None:
+        self.write = chunks.append
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    """cloudpickle's pickler, writing chunks to a list, with the codec's own reductions.
+
+    One per thread is kept and reused: setting up a pickler costs more than
+    pickling a typical small message.
+    """
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes | bytearray] = []
+        self.buffers: list[PickleBuffer] = []
+        self.threshold = DEFAULT_INLINE_THRESHOLD
+        self.tensor_type: type[Any] | None = None
+        # The last object handed to reducer_override: the one that failed, when one does.
+        self.current: object = None
+        self.busy = False
+        self.streams_large_bytes = True  # whether big bytes values may land inline
+        # Set once the pickler has grown (its memo table, its output buffer) on a big
+        # message: clearing and refilling those would slow every later message down.
+        self.retired = False
+        super().__init__(
+            _Sink(self.chunks), protocol=_PROTOCOL, buffer_callback=self.buffers.append
+        )
+
+    def run(
+        self,
+        frames: list[bytes | memoryview],
+        payload: object,
+        threshold: int,
+        tensor_type: type[Any] | None,
+    ) -> bool:
+        """Pickle ``payload``, appending the stream and the out-of-band buffers to ``frames``.
+
+        Returns False, appending nothing, when a bytes or bytearray of
+        ``threshold`` bytes or more went inline (only the plain pickler lets that
+        happen): the caller then pickles again with a _BufferPickler.
+        """
+        self.busy = True
+        self.threshold = threshold
+        self.tensor_type = tensor_type
+        chunks = self.chunks
+        buffers = self.buffers
+        try:
+            try:
+                _pickler_dump(self, payload)  # not cloudpickle's wrapper: we report recursion
+            except Exception as error:
+                self.retired = True
+                raise _pickling_error(payload, self.current, error) from error
+            if len(chunks) > 1 or len(chunks[0]) > _REUSE_LIMIT:
+                self.retired = True
+            first = chunks[0]
+            if len(chunks) == 1 and type(first) is bytes:
+                frames.append(first)
+            elif self.streams_large_bytes and _holds_large_bytes(chunks, threshold):
+                return False
+            else:
+                frames.append(b"".join(chunks))
+            for buffer in buffers:
+                frames.append(buffer.raw())
+            return True
+        finally:
+            # Drop every reference to the payload, ready for the next message.
+            chunks.clear()
+            buffers.clear()
+            self.clear_memo()
+            if self.globals_ref:  # cloudpickle's per-dump map of function globals
+                self.globals_ref.clear()
+            self.current = None
+            self.busy = False
+
+    def reducer_override(self, obj: Any) -> Any:
+        self.current = obj
+        cls = type(obj)
+        if cls is memoryview:
+            return _reduce_memoryview(obj, self.threshold)
+        if cls is self.tensor_type:
+            reduced = _reduce_tensor(obj)
+            if reduced is not None:
+                return reduced
+        return _cloudpickle_reducer_override(self, obj)
+
+
+class _BufferPickler(_Pickler):
+    """The pickler that also sends big ``bytes`` and ``bytearray`` values out-of-band.
+
+    The C pickler writes exact bytes and bytearray objects itself, before
+    reducer_override could see them; only persistent_id comes first. That hook
+    runs for every object, so this pickler runs only when the fast one found
+    such a value, or when the threshold is too low for the fast one to notice.
+    """
+
+    def __init__(self) -> None:
+        self.pids: dict[int, tuple[int, PickleBuffer]] = {}
+        super().__init__()
+        self.streams_large_bytes = False
+
+    def persistent_id(self, obj: Any) -> Any:
+        cls = type(obj)
+        if (cls is bytes or cls is bytearray) and len(obj) >= self.threshold:
+            pid = self.pids.get(id(obj))
+            if pid is None:
+                # One pid per object: the pickler memoizes it, so a value referenced
+                # twice travels once and arrives as one object.
+                pid = self.pids[id(obj)] = (
+                    _BYTES if cls is bytes else _BYTEARRAY,
+                    PickleBuffer(obj),
+                )
+            return pid
+        return None
+
+    def run(
+        self,
+        frames: list[bytes | memoryview],
+        payload: object,
+        threshold: int,
+        tensor_type: type[Any] | None,
+    ) -> bool:
+        try:
+            return super().run(frames, payload, threshold, tensor_type)
+        finally:
+            self.pids.clear()
+
+
+def _pickling_error(payload: object, culprit: object, error: Exception) -> EncodeError:
+    if isinstance(error, RecursionError) or isinstance(error.__cause__, RecursionError):
+        return EncodeError(
+            f"cannot pickle the payload, of type {_type_name(payload)}: it is nested too "
+            f"deeply ({_describe(error)}); flatten it, or send it in parts"
+        )
+    if culprit is None:
+        culprit = payload
+    return EncodeError(
+        f"cannot pickle a value of type {_type_name(culprit)} in the payload "
+        f"({_describe(error)}); make that type picklable (define __reduce__, or "
+        "__getstate__ and __setstate__), or leave it out of the message"
+    )
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _type_name(value: object) -> str:
+    cls = type(value)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _reduce_memoryview(view: memoryview, threshold: int) -> tuple[Any, ...]:
+    layout = None
+    shape = view.shape or ()
+    if (
+        (view.format != "B" or view.ndim != 1)
+        and view.format in _CASTABLE_FORMATS
+        and 0 not in shape  # memoryview.cast refuses zeros in a shape
+    ):
+        layout = (view.format, shape)
+    data: object
+    if view.nbytes >= threshold and view.c_contiguous:
+        data = PickleBuffer(view)  # out-of-band, without a copy, read-only if the view is
+    elif view.readonly:
+        data = view.tobytes()
+    else:
+        data = bytearray(view)  # keeps it writable on the other side
+    return _rebuild_memoryview, (data, layout)
+
+
+def _reduce_tensor(tensor: Any) -> tuple[Any, ...] | None:
+    """A torch CPU tensor as raw bytes out-of-band, or None to let torch pickle it."""
+    torch = sys.modules["torch"]
+    if (
+        not tensor.is_cpu
+        or tensor.layout != torch.strided
+        or tensor.is_quantized
+        or tensor.is_nested
+    ):
+        return None
+    try:
+        # Viewing as uint8 lets numpy carry every dtype, bfloat16 included; detach and
+        # contiguous copy only when the tensor is not already a plain dense block.
+        flat = (
+            tensor.detach()
+            .resolve_conj()
+            .resolve_neg()
+            .contiguous()
+            .reshape(-1)
+            .view(torch.uint8)
+            .numpy()
+        )
+    except (RuntimeError, TypeError, ValueError):  # numpy missing, or an exotic dtype
+        return None
+    dtype = tensor.dtype
+    name = _torch_dtype_names.get(dtype)
+    if name is None:
+        name = _torch_dtype_names[dtype] = str(dtype).removeprefix("torch.")
+    return _rebuild_tensor, (PickleBuffer(flat), name, tuple(tensor.shape), tensor.requires_grad)
+
+
+# -- decoding -------------------------------------------------------------------------
+#
+# Pickle streams name _rebuild_memoryview, _rebuild_tensor and the persistent-id kinds:
+# changing them breaks the wire format, and calls for a new CODEC_VERSION.
+
+
+class _Unpickler(pickle.Unpickler):
+    """The unpickler for messages with out-of-band buffers, which may carry persistent ids."""
+
+    def __init__(self, file: io.BytesIO, *, buffers: Iterable[Any]) -> None:
+        super().__init__(file, buffers=buffers)
+        self.loaded: dict[int, tuple[object, object]] = {}
+
+    def persistent_load(self, pid: Any) -> Any:
+        # Keyed by the pid object, which the cache keeps alive so its id stays unique.
+        seen = self.loaded.get(id(pid))
+        if seen is not None:
+            return seen[1]
+        kind, buffer = pid
+        value: bytes | bytearray
+        if kind == _BYTES:
+            value = buffer if type(buffer) is bytes else bytes(buffer)
+        elif kind == _BYTEARRAY:
+            value = buffer if type(buffer) is bytearray else bytearray(buffer)
+        else:
+            raise pickle.UnpicklingError(f"unknown persistent id kind {kind!r}")
+        self.loaded[id(pid)] = (pid, value)
+        return value
+
+
+def _rebuild_memoryview(data: Any, layout: tuple[str, tuple[int, ...]] | None) -> memoryview:
+    view = memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    if layout is not None:
+        fmt: Any = layout[0]  # typeshed's cast overloads take only literal formats
+        view = view.cast(fmt, layout[1])
+    return view
+
+
+def _rebuild_tensor(data: Any, dtype_name: str, shape: tuple[int, ...], requires_grad: bool) -> Any:
+    torch = sys.modules.get("torch") or importlib.import_module("torch")
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise pickle.UnpicklingError(f"{dtype_name!r} is not a torch dtype")
+    view = memoryview(data)
+    if view.nbytes == 0:
+        tensor = torch.empty(shape, dtype=dtype)
+    else:
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        # torch warns about, and must not write through, a read-only buffer: copy it.
+        buffer = bytearray(view) if view.readonly else view
+        tensor = torch.frombuffer(buffer, dtype=torch.uint8)
+        if tensor.data_ptr() % dtype.itemsize:
+            tensor = tensor.clone()  # a frame at an odd offset: kernels expect alignment
+        tensor = tensor.view(dtype).reshape(shape)
+    if requires_grad:
+        tensor.requires_grad_(True)
+    return tensor
+
+
+class _ThreadState(threading.local):
+    """Each thread's packer and picklers, made on first use and then reused."""
+
+    def __init__(self) -> None:
+        self.packer = msgpack.Packer()
+        self.picklers: list[_Pickler | None] = [None, None]  # by kind: _PLAIN, _BUFFERED
+
+
+_PICKLER_TYPES: Final[tuple[type[_Pickler], type[_Pickler]]] = (_Pickler, _BufferPickler)
+
+
+_state = _ThreadState()

@@ -1,0 +1,145 @@
+"""The in-process backend: listeners and senders in one process, for actors
+that live in the controller's own process and for tests.
+
+It runs the same handshake as the other backends and copies every frame on
+send, so a message is a snapshot exactly as it is over a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Sequence
+
+from ._address import Address
+from ._auth import ClientHandshake, ServerHandshake
+from ._errors import ConnectError, PeerDisconnected
+from ._interface import (
+    Buffer,
+    Event,
+    EventQueue,
+    Listener,
+    ListenerClosed,
+    Peer,
+    PeerLeft,
+    Received,
+    Sender,
+    Settings,
+    Transport,
+)
+from ._wire import prefix
+
+__all__ = ["InprocTransport"]
+
+_listeners: dict[str, InprocListener] = {}
+_registry_lock = threading.Lock()
+
+
+class InprocListener(Listener):
+    def __init__(self, address: Address, settings: Settings) -> None:
+        self.address = address
+        self._settings = settings
+        self._loop = asyncio.get_running_loop()
+        self._queue = EventQueue(settings.queue_depth)
+        self._ids = itertools.count(1)
+        self._senders: set[InprocSender] = set()
+        self.closed = False
+
+    def accept(self, client: ClientHandshake) -> Peer:
+        server = ServerHandshake(self._settings.secret)
+        challenge = server.step(*client.hello())
+        client.check(*server.step(*client.answer(*challenge)))
+        return Peer(next(self._ids), server.peer_name)
+
+    def deliver(self, event: Event) -> None:
+        if asyncio.get_running_loop() is self._loop:
+            self._queue.put_nowait(event)
+        else:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    async def deliver_waiting(self, event: Event) -> None:
+        """Deliver with backpressure when sender and listener share a loop."""
+        if asyncio.get_running_loop() is self._loop:
+            await self._queue.put(event)
+        else:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    async def receive(self) -> Event:
+        return await self._queue.get()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with _registry_lock:
+            if _listeners.get(self.address.path) is self:
+                del _listeners[self.address.path]
+        for sender in list(self._senders):
+            sender.lost("the listener closed")
+        self._queue.put_nowait(ListenerClosed(f"listener on {self.address} is closed"))
+
+
+class InprocSender(Sender):
+    def __init__(self, listener: InprocListener, peer: Peer, settings: Settings) -> None:
+        self.address = listener.address
+        self._listener = listener
+        self._peer = peer
+        self._settings = settings
+        self._loop = asyncio.get_running_loop()
+        self._reason: str | None = None
+        self._gone = asyncio.Event()
+        listener._senders.add(self)
+
+    def lost(self, reason: str) -> None:
+        if asyncio.get_running_loop() is not self._loop:
+            self._loop.call_soon_threadsafe(self.lost, reason)
+            return
+        if self._reason is None:
+            self._reason = reason
+            self._gone.set()
+
+    async def send(self, frames: Sequence[Buffer]) -> None:
+        if self._reason is not None:
+            raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")
+        prefix(0, frames, self._settings.max_message_size)  # the same size check as on a wire
+        copies = [memoryview(bytearray(f)) for f in frames]
+        await self._listener.deliver_waiting(Received(self._peer, copies))
+
+    @property
+    def closed(self) -> bool:
+        return self._reason is not None
+
+    async def wait_closed(self) -> str:
+        await self._gone.wait()
+        return self._reason or "closed"
+
+    async def aclose(self) -> None:
+        if self._reason is None:
+            self.lost("closed by this side")
+            self._listener._senders.discard(self)
+            if not self._listener.closed:
+                self._listener.deliver(PeerLeft(self._peer, "connection closed"))
+
+
+class InprocTransport(Transport):
+    name = "inproc"
+
+    async def listen(self, address: Address, settings: Settings) -> Listener:
+        listener = InprocListener(address, settings)
+        with _registry_lock:
+            if address.path in _listeners:
+                raise ConnectError(f"cannot listen on {address}: something already listens there")
+            _listeners[address.path] = listener
+        return listener
+
+    async def connect(self, address: Address, settings: Settings) -> Sender:
+        with _registry_lock:
+            listener = _listeners.get(address.path)
+        if listener is None:
+            raise ConnectError(f"cannot connect to {address}: nothing listens there in this process")
+        peer = listener.accept(ClientHandshake(settings.secret, settings.name))
+        return InprocSender(listener, peer, settings)
+
+
+

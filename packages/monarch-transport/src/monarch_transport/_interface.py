@@ -1,0 +1,247 @@
+"""The ``Transport`` interface every backend implements, and what flows through it.
+
+A transport turns an address into a ``Listener`` (yields what arrives, from
+any number of peers) or a ``Sender`` (moves frames to one listener, in
+order). Every connection is authenticated before a single frame passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Final, Self
+
+from ._address import Address
+from ._auth import job_secret
+from ._errors import TransportError
+
+__all__ = [
+    "Buffer",
+    "Event",
+    "Listener",
+    "ListenerClosed",
+    "Peer",
+    "PeerLeft",
+    "Received",
+    "Sender",
+    "Settings",
+    "Transport",
+]
+
+Buffer = bytes | bytearray | memoryview
+MAX_SIZE_ENV: Final = "MONARCH_MAX_MESSAGE_SIZE"
+DEFAULT_MAX_SIZE: Final = 4 << 30  # 4 GiB
+
+
+class ListenerClosed(TransportError):
+    """``receive()`` on a listener that was closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """One authenticated connection to a listener: a number unique within the
+    listener, and the name the peer gave when it connected."""
+
+    id: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A message from ``peer``: its frames, in the order they were sent."""
+
+    peer: Peer
+    frames: list[memoryview]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLeft:
+    """``peer`` is gone: it closed, crashed, or broke the protocol. Nothing
+    more will arrive from it, and everything it sent before came first."""
+
+    peer: Peer
+    reason: str
+
+
+Event = Received | PeerLeft
+
+
+def _default_max_size() -> int:
+    text = os.environ.get(MAX_SIZE_ENV)
+    if text is None:
+        return DEFAULT_MAX_SIZE
+    if not text.isdigit() or int(text) < 1024:
+        raise TransportError(f"{MAX_SIZE_ENV} must be a byte count of at least 1024, got {text!r}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What both sides of a connection must agree on, and local limits.
+
+    ``secret``: the job's secret (``$MONARCH_JOB_SECRET``); ``max_message_size``:
+    the largest message accepted or sent (``$MONARCH_MAX_MESSAGE_SIZE``, 4 GiB
+    by default); ``handshake_timeout``: seconds a peer gets to authenticate;
+    ``queue_depth``: messages a listener buffers before its senders wait;
+    ``name``: how a sender introduces itself to the listener.
+    """
+
+    secret: bytes = field(default_factory=job_secret)
+    max_message_size: int = field(default_factory=_default_max_size)
+    handshake_timeout: float = 5.0
+    queue_depth: int = 1024
+    name: str = ""
+
+
+class Listener(ABC):
+    """Messages and departures of every peer connected to one address."""
+
+    address: Address
+
+    @abstractmethod
+    async def receive(self) -> Event:
+        """The next event; ``ListenerClosed`` once closed."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Stop listening and drop every connection."""
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        while True:
+            try:
+                yield await self.receive()
+            except ListenerClosed:
+                return
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class Sender(ABC):
+    """An authenticated, ordered connection to one listener."""
+
+    address: Address
+
+    @abstractmethod
+    async def send(self, frames: Sequence[Buffer]) -> None:
+        """Queue ``frames`` as one message. Waits while the connection is
+        backed up; ``PeerDisconnected`` once the connection is gone."""
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """Whether the connection is gone (closed here or lost)."""
+
+    @abstractmethod
+    async def wait_closed(self) -> str:
+        """Wait until the connection is gone; why it went."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close after the messages already queued are handed to the system."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class Transport(ABC):
+    """A way to move frames: ``listen`` on an address, ``connect`` to one."""
+
+    name: str
+
+    @abstractmethod
+    async def listen(self, address: Address, settings: Settings) -> Listener: ...
+
+    @abstractmethod
+    async def connect(self, address: Address, settings: Settings) -> Sender: ...
+
+
+class EventQueue:
+    """The events of a listener: producers on the listener's event loop or on
+    threads, one consumer on the loop. At most ``depth`` events wait; then
+    producers wait too, which is how a slow consumer slows its senders."""
+
+    def __init__(self, depth: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._items: collections.deque[Event | BaseException] = collections.deque()
+        self._room = threading.Semaphore(depth)
+        self._lock = threading.Lock()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_from_thread(self, item: Event | BaseException) -> None:
+        """Append from a thread that may block (never the event loop's)."""
+        self._room.acquire()
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            self._loop.call_soon_threadsafe(_wake, waiter)
+
+    async def put(self, item: Event | BaseException) -> None:
+        """Append from the event loop."""
+        while not self._room.acquire(blocking=False):
+            await asyncio.sleep(0.001)  # rare: only while the consumer is behind
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            _wake(waiter)
+
+    def put_nowait(self, item: Event | BaseException) -> None:
+        """Append regardless of room (closing notices must not wait)."""
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+        self._room.acquire(blocking=False)
+        if waiter is not None:
+            if _on_loop(self._loop):
+                _wake(waiter)
+            else:
+                self._loop.call_soon_threadsafe(_wake, waiter)
+
+    async def get(self) -> Event:
+        while True:
+            with self._lock:
+                if self._items:
+                    item = self._items.popleft()
+                    break
+                self._waiter = self._loop.create_future()
+                waiter = self._waiter
+            await waiter
+        self._room.release()
+        if isinstance(item, BaseException):
+            with self._lock:
+                self._items.appendleft(item)  # stays the answer for every later get()
+            raise item
+        return item
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

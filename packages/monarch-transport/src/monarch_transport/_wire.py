@@ -1,0 +1,93 @@
+"""How a message of several buffers travels as bytes.
+
+A message is a kind byte and a list of buffers (frames). On the wire:
+
+    kind: u8 | count: u32 | length: u64 * count | buffer bytes, in order
+
+Everything little-endian. Nothing here unpickles or trusts lengths beyond
+the configured limits.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Final
+
+from ._errors import DecodeError, MessageTooLarge
+
+__all__ = ["HEAD", "MAX_FRAMES", "Kind", "frames_size", "join", "prefix", "split"]
+
+Buffer = bytes | bytearray | memoryview
+
+HEAD: Final = struct.Struct("<BI")
+MAX_FRAMES: Final = 1 << 16  # more frames than this in one message is garbage, not data
+
+
+class Kind:
+    """Message kinds: the handshake's steps, then data."""
+
+    HELLO: Final = 1
+    CHALLENGE: Final = 2
+    PROOF: Final = 3
+    WELCOME: Final = 4
+    DENIED: Final = 5
+    DATA: Final = 16
+    ALL: Final = frozenset({1, 2, 3, 4, 5, 16})
+
+
+def frames_size(frames: Sequence[Buffer]) -> int:
+    return sum(memoryview(f).nbytes for f in frames)
+
+
+def prefix(kind: int, frames: Sequence[Buffer], max_size: int) -> bytes:
+    """The bytes that go before ``frames`` on the wire."""
+    lengths = [memoryview(f).nbytes for f in frames]
+    total = sum(lengths)
+    if total > max_size:
+        raise MessageTooLarge(
+            f"message of {total:,} bytes exceeds the maximum of {max_size:,} bytes; raise it with "
+            "MONARCH_MAX_MESSAGE_SIZE (or max_message_size=) on both sides, or send less at once"
+        )
+    if len(frames) > MAX_FRAMES:
+        raise MessageTooLarge(f"message has {len(frames)} frames; at most {MAX_FRAMES} allowed")
+    return HEAD.pack(kind, len(frames)) + struct.pack(f"<{len(frames)}Q", *lengths)
+
+
+def join(kind: int, frames: Sequence[Buffer], max_size: int) -> bytes:
+    """The whole message as one contiguous bytes object (for message transports)."""
+    return b"".join([prefix(kind, frames, max_size), *frames])
+
+
+def read_lengths(kind: int, count: int, lengths_bytes: Buffer, max_size: int) -> list[int]:
+    """Validate a message's head; the frame lengths it announces."""
+    if kind not in Kind.ALL:
+        raise DecodeError(f"unknown message kind {kind}")
+    if count > MAX_FRAMES:
+        raise DecodeError(f"message announces {count} frames; at most {MAX_FRAMES} allowed")
+    lengths = list(struct.unpack(f"<{count}Q", lengths_bytes))
+    total = sum(lengths)
+    if total > max_size:
+        raise MessageTooLarge(f"peer announced a {total:,}-byte message; the limit is {max_size:,}")
+    return lengths
+
+
+def split(data: Buffer, max_size: int) -> tuple[int, list[memoryview]]:
+    """Parse one whole message; its kind and frames (views into ``data``, no copies)."""
+    view = memoryview(data).cast("B")
+    if view.nbytes < HEAD.size:
+        raise DecodeError(f"message of {view.nbytes} bytes is shorter than its {HEAD.size}-byte head")
+    kind, count = HEAD.unpack_from(view)
+    start = HEAD.size + 8 * count
+    if view.nbytes < start:
+        raise DecodeError(f"message truncated inside its frame table ({view.nbytes} bytes)")
+    lengths = read_lengths(kind, count, view[HEAD.size : start], max_size)
+    if start + sum(lengths) != view.nbytes:
+        raise DecodeError(
+            f"message frames add up to {start + sum(lengths)} bytes but {view.nbytes} arrived"
+        )
+    frames = []
+    for length in lengths:
+        frames.append(view[start : start + length])
+        start += length
+    return kind, frames

@@ -1,0 +1,258 @@
+"""One suite, every backend and address family: what a transport promises."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from monarch_transport import (
+    AuthenticationError,
+    ConnectError,
+    MessageTooLarge,
+    PeerDisconnected,
+    PeerLeft,
+    Received,
+    Settings,
+)
+
+pytestmark = pytest.mark.anyio
+SECRET = b"s" * 32
+
+
+def settings(**kw):
+    return Settings(**{"secret": SECRET, **kw})
+
+
+async def next_event(listener, timeout=5.0):
+    return await asyncio.wait_for(listener.receive(), timeout)
+
+
+async def test_frames_arrive_intact_and_in_order(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        if inbox.address.scheme == "tcp":
+            assert inbox.address.port != 0  # the real, ephemeral port
+        async with await transport.connect(inbox.address, settings(name="alice")) as out:
+            messages = [[b"head", b"x" * n] for n in range(50)] + [[], [b""], [b"a", b"", b"c"]]
+            for frames in messages:
+                await out.send(frames)
+            for frames in messages:
+                event = await next_event(inbox)
+                assert isinstance(event, Received)
+                assert event.peer.name == "alice"
+                assert [bytes(f) for f in event.frames] == frames
+
+
+async def test_large_message(backend):
+    transport, address = backend
+    payload = os.urandom(8 << 20)
+    async with await transport.listen(address(), settings()) as inbox:
+        async with await transport.connect(inbox.address, settings()) as out:
+            sent = asyncio.create_task(out.send([b"h", payload, payload[:1000]]))
+            event = await next_event(inbox, 20)
+            await sent
+            assert bytes(event.frames[1]) == payload
+            assert bytes(event.frames[2]) == payload[:1000]
+
+
+async def test_ordering_under_concurrent_senders(backend):
+    transport, address = backend
+    count, senders = 300, 4
+    async with await transport.listen(address(), settings()) as inbox:
+        outs = [await transport.connect(inbox.address, settings(name=f"s{i}")) for i in range(senders)]
+
+        async def blast(i, out):
+            for seq in range(count):
+                await out.send([f"{i}:{seq}".encode()])
+
+        tasks = [asyncio.create_task(blast(i, out)) for i, out in enumerate(outs)]
+        seen = {f"s{i}": [] for i in range(senders)}
+        for _ in range(count * senders):
+            event = await next_event(inbox)
+            seen[event.peer.name].append(int(bytes(event.frames[0]).split(b":")[1]))
+        await asyncio.gather(*tasks)
+        assert all(seqs == list(range(count)) for seqs in seen.values())
+        assert len({event_peer for event_peer in seen}) == senders
+        for out in outs:
+            await out.aclose()
+
+
+async def test_each_connection_is_a_distinct_peer(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        a = await transport.connect(inbox.address, settings(name="same"))
+        b = await transport.connect(inbox.address, settings(name="same"))
+        await a.send([b"1"])
+        await b.send([b"2"])
+        peers = {(await next_event(inbox)).peer for _ in range(2)}
+        assert len(peers) == 2
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_too_large_to_send(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        async with await transport.connect(inbox.address, settings(max_message_size=1024)) as out:
+            with pytest.raises(MessageTooLarge, match="exceeds the maximum of 1,024 bytes"):
+                await out.send([b"x" * 1025])
+            await out.send([b"still fine"])
+            assert bytes((await next_event(inbox)).frames[0]) == b"still fine"
+
+
+async def test_too_large_to_receive_drops_only_that_peer(wire_backend):
+    # (inproc checks sizes on the sending side only: one process, one limit)
+    transport, address = wire_backend
+    async with await transport.listen(address(), settings(max_message_size=4096)) as inbox:
+        good = await transport.connect(inbox.address, settings(name="good"))
+        greedy = await transport.connect(inbox.address, settings(name="greedy"))
+        await greedy.send([b"x" * 100_000])
+        event = await next_event(inbox)
+        assert isinstance(event, PeerLeft)
+        assert event.peer.name == "greedy"
+        await good.send([b"ok"])
+        event = await next_event(inbox)
+        assert (event.peer.name, bytes(event.frames[0])) == ("good", b"ok")
+        await asyncio.wait_for(greedy.wait_closed(), 2)
+        await good.aclose()
+
+
+async def test_wrong_secret_is_refused_and_others_unaffected(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        good = await transport.connect(inbox.address, settings(name="good"))
+        with pytest.raises(AuthenticationError, match="secret"):
+            await transport.connect(inbox.address, Settings(secret=b"w" * 32, name="intruder"))
+        await good.send([b"after"])
+        event = await next_event(inbox)
+        assert (event.peer.name, bytes(event.frames[0])) == ("good", b"after")
+        await good.aclose()
+        assert isinstance(await next_event(inbox), PeerLeft)
+
+
+async def test_closing_a_sender_is_noticed_within_a_second(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        out = await transport.connect(inbox.address, settings(name="leaver"))
+        await out.send([b"last words"])
+        await out.aclose()
+        assert bytes((await next_event(inbox)).frames[0]) == b"last words"  # data first
+        start = time.monotonic()
+        event = await next_event(inbox)
+        assert isinstance(event, PeerLeft)
+        assert event.peer.name == "leaver"
+        assert time.monotonic() - start < 1.0
+        with pytest.raises(PeerDisconnected):
+            await out.send([b"too late"])
+
+
+async def test_closing_the_listener_is_noticed_by_senders(backend):
+    transport, address = backend
+    inbox = await transport.listen(address(), settings())
+    out = await transport.connect(inbox.address, settings())
+    start = time.monotonic()
+    await inbox.aclose()
+    reason = await asyncio.wait_for(out.wait_closed(), 1.0)
+    assert "closed" in reason
+    assert time.monotonic() - start < 1.0
+    assert out.closed
+    with pytest.raises(PeerDisconnected, match="gone"):
+        await out.send([b"x"])
+
+
+async def test_connecting_to_nothing_is_a_clear_error(backend):
+    transport, address = backend
+    target = address()
+    if target.scheme == "tcp":
+        probe = await transport.listen(target, settings())
+        target = probe.address
+        await probe.aclose()
+    with pytest.raises(ConnectError, match="cannot connect"):
+        await transport.connect(target, settings(handshake_timeout=2.0))
+
+
+async def test_reconnect_after_the_listener_restarts(backend):
+    transport, address = backend
+    first = await transport.listen(address(), settings())
+    where = first.address
+    out = await transport.connect(where, settings())
+    await out.send([b"one"])
+    assert bytes((await next_event(first)).frames[0]) == b"one"
+    await first.aclose()
+    await asyncio.wait_for(out.wait_closed(), 2)
+    second = await transport.listen(where, settings())  # same address, new listener
+    again = await transport.connect(where, settings())
+    await again.send([b"two"])
+    assert bytes((await next_event(second)).frames[0]) == b"two"
+    await again.aclose()
+    await second.aclose()
+
+
+async def test_slow_consumer_slows_the_sender(backend):
+    transport, address = backend
+    chunk = b"x" * (1 << 20)
+    total = 200  # 200 MiB if nothing pushed back
+    async with await transport.listen(address(), settings(queue_depth=4)) as inbox:
+        async with await transport.connect(inbox.address, settings()) as out:
+            sent = 0
+
+            async def produce():
+                nonlocal sent
+                for _ in range(total):
+                    await out.send([chunk])
+                    sent += 1
+
+            producer = asyncio.create_task(produce())
+            await asyncio.sleep(1.0)
+            assert sent < total, "the sender never waited for a consumer that does not read"
+            for _ in range(total):
+                assert len((await next_event(inbox, 20)).frames[0]) == len(chunk)
+            await asyncio.wait_for(producer, 20)
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from monarch_transport import Settings
+    from monarch_transport._nng import NngTransport
+    from monarch_transport._socket import SocketTransport
+    from monarch_transport._address import Address
+
+    async def main():
+        transport = {"nng": NngTransport, "socket": SocketTransport}[sys.argv[1]]()
+        out = await transport.connect(Address.parse(sys.argv[2]), Settings(secret=b"s" * 32, name="child"))
+        await out.send([b"hello from the child"])
+        print("sent", flush=True)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_killed_peer_is_noticed_within_a_second(wire_backend):
+    transport, address = wire_backend
+    async with await transport.listen(address(), settings()) as inbox:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, transport.name, str(inbox.address)],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            event = await next_event(inbox, 30)
+            assert bytes(event.frames[0]) == b"hello from the child"
+            os.kill(child.pid, signal.SIGKILL)
+            start = time.monotonic()
+            left = await next_event(inbox, 5)
+            assert isinstance(left, PeerLeft)
+            assert left.peer == event.peer
+            assert time.monotonic() - start < 1.0
+        finally:
+            child.kill()
+            child.wait()

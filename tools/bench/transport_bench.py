@@ -214,6 +214,12 @@ def raw_client(impl: str, family: str, cfg: dict[str, int]) -> dict[str, float]:
         server.wait()
 
 
+def _run(coro: Any) -> Any:
+    from monarch_transport import run
+
+    return run(coro)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test)")
@@ -226,15 +232,15 @@ def main() -> None:
         elif impl == "raw-socket":
             raw_socket_server(where[0])
         else:
-            asyncio.run(ours_server(impl.removeprefix("ours-"), where[0], where[1]))
+            _run(ours_server(impl.removeprefix("ours-"), where[0], where[1]))
         return
     cfg = {"rt": 300, "oneway": 3000, "big": 2} if args.quick else {"rt": 3000, "oneway": 30000, "big": 5}
     results: dict[str, dict[str, float]] = {}
     for family in ("ipc", "tcp"):
         results[f"raw-pynng/{family}"] = raw_client("raw-pynng", family, cfg)
-        results[f"nng/{family}"] = asyncio.run(ours_client("nng", family, cfg))
+        results[f"nng/{family}"] = _run(ours_client("nng", family, cfg))
         results[f"raw-socket/{family}"] = raw_client("raw-socket", family, cfg)
-        results[f"socket/{family}"] = asyncio.run(ours_client("socket", family, cfg))
+        results[f"socket/{family}"] = _run(ours_client("socket", family, cfg))
         print(f"measured {family}", file=sys.stderr, flush=True)
     print(json.dumps(results))
 

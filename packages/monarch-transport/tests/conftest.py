@@ -47,8 +47,11 @@ def fresh_address(family: str) -> Address:
     )
 
 
-@pytest.fixture
-def anyio_backend():
+@pytest.fixture(params=["asyncio", "uvloop"])
+def anyio_backend(request):
+    """Every async test runs on the standard event loop and on uvloop."""
+    if request.param == "uvloop":
+        return "asyncio", {"use_uvloop": True}
     return "asyncio"
 
 

@@ -41,6 +41,7 @@ from ._interface import (
     Settings,
     Transport,
 )
+from ._loop import new_event_loop, run
 from ._select import connect, default_listen_address, enable_transport, listen, transport_for
 
 __all__ = [
@@ -72,6 +73,8 @@ __all__ = [
     "encode",
     "job_secret",
     "listen",
+    "new_event_loop",
+    "run",
     "transport_for",
 ]
 

@@ -53,17 +53,12 @@ class InprocListener(Listener):
         return Peer(next(self._ids), server.peer_name)
 
     def deliver(self, event: Event) -> None:
-        if asyncio.get_running_loop() is self._loop:
-            self._queue.put_nowait(event)
-        else:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        self._queue.put(event)
 
     async def deliver_waiting(self, event: Event) -> None:
-        """Deliver with backpressure when sender and listener share a loop."""
-        if asyncio.get_running_loop() is self._loop:
-            await self._queue.put(event)
-        else:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        """Deliver; a sender on the listener's own loop waits while it is backed up."""
+        if self._queue.put(event) and asyncio.get_running_loop() is self._loop:
+            await self._queue.room()
 
     async def receive(self) -> Event:
         return await self._queue.get()
@@ -77,7 +72,7 @@ class InprocListener(Listener):
                 del _listeners[self.address.path]
         for sender in list(self._senders):
             sender.lost("the listener closed")
-        self._queue.put_nowait(ListenerClosed(f"listener on {self.address} is closed"))
+        self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
 
 
 class InprocSender(Sender):

@@ -129,7 +129,7 @@ class NngListener(Listener):
             self._handle(msg)
             if self._state.gone:
                 self._report_departures()
-        self._queue.put_nowait(ListenerClosed(f"listener on {self.address} is closed"))
+        self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
 
     def _report_departures(self) -> None:
         """Report pipes that went away, once their last messages are handled:
@@ -145,16 +145,16 @@ class NngListener(Listener):
             with self._state.lock:
                 state = self._state.pipes.pop(pipe_id, None)
             if state is not None and state.peer is not None:
-                self._queue.put_nowait(PeerLeft(state.peer, "connection closed"))
+                self._queue.put(PeerLeft(state.peer, "connection closed"))
 
     def _handle(self, msg: pynng.Message) -> None:
         pipe = msg.pipe
         with self._state.lock:
             state = self._state.pipes.get(pipe.id)
         if state is None:  # its connect callback has not run yet
-            state = _Pipe(pipe, ServerHandshake(self._settings.secret))
+            fresh = _Pipe(pipe, ServerHandshake(self._settings.secret))
             with self._state.lock:
-                self._state.pipes.setdefault(pipe.id, state)
+                state = self._state.pipes.setdefault(pipe.id, fresh)
         try:
             kind, frames = split(msg.bytes, self._settings.max_message_size)
         except (DecodeError, MessageTooLarge) as error:

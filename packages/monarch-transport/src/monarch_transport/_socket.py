@@ -9,12 +9,13 @@ the kernel's, and the receiver may modify what it got.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._address import Address
 from ._auth import ClientHandshake, ServerHandshake
@@ -32,77 +33,182 @@ from ._interface import (
     Settings,
     Transport,
 )
-from ._wire import HEAD, Kind, prefix, read_lengths
+from ._wire import HEAD, MAX_FRAMES, Kind, prefix, read_lengths
 
 __all__ = ["SocketTransport"]
 
 log = logging.getLogger("monarch.transport.socket")
 READ_BUFFER = 1 << 18
 SMALL = 1 << 16  # messages up to this size are joined into one write
+DIRECT = 1 << 16  # frames from this size on are received in place
+CHUNK = 1 << 20  # large frames are written a chunk at a time, so buffering stays small
 
 
-class _Reader:
-    """Whole messages from a stream socket."""
+class _Framer:
+    """Cuts the byte stream of an ``asyncio.BufferedProtocol`` into messages.
 
-    def __init__(self, sock: socket.socket, max_size: int) -> None:
-        self._sock = sock
+    The kernel writes into one staging buffer, so many small messages cost
+    few system calls; a large frame gets a buffer of its own that the kernel
+    writes straight into, so it is copied no more than the kernel copies it,
+    and the receiver gets it writable.
+    """
+
+    def __init__(self, max_size: int, on_message: Callable[[int, list[memoryview]], None]) -> None:
         self._max = max_size
-        self._loop = asyncio.get_running_loop()
+        self._on_message = on_message
         self._buf = bytearray(READ_BUFFER)
         self._start = 0
         self._end = 0
+        self._head: tuple[int, list[int], list[memoryview]] | None = None
+        self._direct: memoryview | None = None  # a large frame being filled in place
+        self._filled = 0
 
-    async def _fill(self, need: int) -> None:
-        """Have at least ``need`` unread bytes in the buffer (``need`` is small)."""
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._direct is not None:
+            return self._direct[self._filled :]
+        if self._end == len(self._buf):
+            self._compact(1)
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._direct is not None:
+            self._filled += nbytes
+            if self._filled < len(self._direct):
+                return
+            assert self._head is not None
+            self._head[2].append(self._direct)
+            self._direct = None
+        else:
+            self._end += nbytes
+        self._parse()
+
+    def _compact(self, need: int) -> None:
+        """Move unread bytes to the front, growing the buffer to hold ``need``."""
+        unread = self._end - self._start
+        if need > len(self._buf):
+            self._buf = self._buf[self._start : self._end] + bytearray(need - unread)
+        else:
+            self._buf[:unread] = self._buf[self._start : self._end]
+        self._start, self._end = 0, unread
+
+    def _available(self, need: int) -> bool:
         if self._end - self._start >= need:
-            return
+            return True
         if self._start + need > len(self._buf):
-            size = self._end - self._start
-            self._buf[:size] = self._buf[self._start : self._end]
-            self._start, self._end = 0, size
-        view = memoryview(self._buf)
-        while self._end - self._start < need:
-            n = await self._loop.sock_recv_into(self._sock, view[self._end :])
-            if n == 0:
-                raise EOFError("the peer closed the connection")
-            self._end += n
+            self._compact(need)
+        return False
 
-    async def read(self) -> tuple[int, list[memoryview]]:
-        await self._fill(HEAD.size)
-        kind, count = HEAD.unpack_from(self._buf, self._start)
-        if count > 1 << 16:
-            raise DecodeError(f"message announces {count} frames")
-        table = HEAD.size + 8 * count
-        await self._fill(table)
-        lengths = read_lengths(
-            kind, count, self._buf[self._start + HEAD.size : self._start + table], self._max
-        )
-        self._start += table
-        frames = []
-        for length in lengths:
-            out = bytearray(length)
-            have = min(self._end - self._start, length)
-            out[:have] = self._buf[self._start : self._start + have]
-            self._start += have
-            view = memoryview(out)
-            while have < length:
-                n = await self._loop.sock_recv_into(self._sock, view[have:])
-                if n == 0:
-                    raise EOFError("the peer closed the connection mid-message")
-                have += n
-            frames.append(view)
-        return kind, frames
+    def _parse(self) -> None:
+        while True:
+            if self._head is None:
+                if not self._available(HEAD.size):
+                    return
+                kind, count = HEAD.unpack_from(self._buf, self._start)
+                if count > MAX_FRAMES:
+                    raise DecodeError(f"message announces {count} frames")
+                table = HEAD.size + 8 * count
+                if not self._available(table):
+                    return
+                start = self._start + HEAD.size
+                lengths = read_lengths(kind, count, self._buf[start : self._start + table], self._max)
+                self._start += table
+                self._head = (kind, lengths, [])
+            kind, lengths, frames = self._head
+            while len(frames) < len(lengths):
+                length = lengths[len(frames)]
+                have = self._end - self._start
+                if have >= length:
+                    view = memoryview(self._buf)[self._start : self._start + length]
+                    frames.append(memoryview(bytearray(view)))
+                    self._start += length
+                elif length >= DIRECT:
+                    out = bytearray(length)
+                    out[:have] = memoryview(self._buf)[self._start : self._end]
+                    self._start = self._end
+                    self._direct, self._filled = memoryview(out), have
+                    return
+                else:
+                    self._available(length)
+                    return
+            self._head = None
+            self._on_message(kind, frames)
 
 
-async def _write(sock: socket.socket, kind: int, frames: Sequence[Buffer], max_size: int) -> None:
-    loop = asyncio.get_running_loop()
+def _encode(kind: int, frames: Sequence[Buffer], max_size: int) -> list[Buffer]:
+    """What to write: one joined buffer when small, else the prefix and frames."""
     head = prefix(kind, frames, max_size)
     if len(head) + sum(memoryview(f).nbytes for f in frames) <= SMALL:
-        await loop.sock_sendall(sock, b"".join([head, *frames]))
-        return
-    await loop.sock_sendall(sock, head)
-    for frame in frames:
-        await loop.sock_sendall(sock, frame)
+        return [b"".join([head, *frames])]
+    return [head, *frames]
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One stream connection. Its owner sets ``on_message`` (each whole
+    message) and ``on_lost`` (once, with the reason, when it ends)."""
+
+    def __init__(self, max_size: int) -> None:
+        self.framer = _Framer(max_size, lambda kind, frames: self.on_message(kind, frames))
+        self.transport: asyncio.Transport | None = None
+        self.paused = False
+        self.drained: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.on_message: Callable[[int, list[memoryview]], None] = _ignore
+        self.on_lost: Callable[[str], None] = _ignore
+        self.reason: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        transport.set_write_buffer_limits(high=4 * CHUNK)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.framer.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.reason is not None:
+            return  # closing: whatever still arrives is not ours to read
+        try:
+            self.framer.buffer_updated(nbytes)
+        except (DecodeError, MessageTooLarge, AuthenticationError) as error:
+            self.close(f"protocol error: {error}")
+
+    def close(self, reason: str) -> None:
+        """End the connection now; ``on_lost`` hears ``reason``."""
+        if self.reason is None:
+            self.reason = reason
+            self.on_lost(reason)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.reason is None:
+            self.reason = "connection closed" if exc is None else f"connection broke: {exc}"
+            self.on_lost(self.reason)
+        while self.drained:
+            _wake(self.drained.popleft())
+
+    def eof_received(self) -> bool:
+        return False  # a half-closed connection is a closed one
+
+    def write(self, kind: int, frames: Sequence[Buffer], max_size: int) -> None:
+        assert self.transport is not None
+        for piece in _encode(kind, frames, max_size):
+            self.transport.write(piece)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        while self.drained:
+            _wake(self.drained.popleft())
+
+    async def writable(self) -> None:
+        """Wait until the kernel takes more (or the connection ends)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.drained.append(waiter)
+        await waiter
 
 
 def _stream_socket(address: Address) -> socket.socket:
@@ -115,75 +221,63 @@ def _stream_socket(address: Address) -> socket.socket:
 
 
 class SocketListener(Listener):
-    def __init__(self, address: Address, settings: Settings, sock: socket.socket) -> None:
+    def __init__(self, address: Address, settings: Settings) -> None:
+        self.address = address
         self._settings = settings
-        self._sock = sock
         self._queue = EventQueue(settings.queue_depth)
         self._ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._conns: set[socket.socket] = set()
+        self._connections: set[_Connection] = set()
+        self._server: asyncio.Server | None = None
         self._closed = False
-        if address.scheme == "tcp":
-            address = address.with_port(sock.getsockname()[1])
-        self.address = address
-        self._accepting = asyncio.get_running_loop().create_task(self._accept_loop())
 
-    async def _accept_loop(self) -> None:
+    async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(self._sock)
-            except (OSError, asyncio.CancelledError):
-                return
-            conn.setblocking(False)
-            if conn.family != socket.AF_UNIX:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._conns.add(conn)
-            task = loop.create_task(self._serve(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self._server = await loop.create_server(self._accept, sock=sock)
+        if self.address.scheme == "tcp":
+            self.address = self.address.with_port(sock.getsockname()[1])
 
-    async def _serve(self, conn: socket.socket) -> None:
-        reader = _Reader(conn, self._settings.max_message_size)
-        peer = None
-        try:
-            peer = await asyncio.wait_for(
-                self._authenticate(conn, reader), self._settings.handshake_timeout
-            )
-            while True:
-                kind, frames = await reader.read()
-                if kind != Kind.DATA:
-                    raise DecodeError(f"unexpected message kind {kind} after the handshake")
-                await self._queue.put(Received(peer, frames))
-        except (DecodeError, MessageTooLarge, AuthenticationError) as error:
-            reason = f"protocol error: {error}"
-            who = peer or "an unauthenticated peer"
-            log.warning("closing the connection of %s on %s: %s", who, self.address, error)
-        except (EOFError, ConnectionError, asyncio.CancelledError):
-            reason = "connection closed"
-        except TimeoutError:
-            reason = "did not authenticate in time"
-            log.warning("closing a connection to %s: %s", self.address, reason)
-        finally:
-            self._conns.discard(conn)
-            conn.close()
-        if peer is not None and not self._closed:
-            self._queue.put_nowait(PeerLeft(peer, reason))
-
-    async def _authenticate(self, conn: socket.socket, reader: _Reader) -> Peer:
+    def _accept(self) -> _Connection:
+        conn = _Connection(self._settings.max_message_size)
         handshake = ServerHandshake(self._settings.secret)
-        while not handshake.done:
-            kind, frames = await reader.read()
+        peer: Peer | None = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.call_later(
+            self._settings.handshake_timeout, conn.close, "did not authenticate in time"
+        )
+
+        def on_message(kind: int, frames: list[memoryview]) -> None:
+            nonlocal peer
+            if peer is not None:
+                if kind != Kind.DATA:
+                    conn.close(f"protocol error: message kind {kind} after the handshake")
+                elif self._queue.put(Received(peer, frames)) and conn.transport is not None:
+                    conn.transport.pause_reading()  # until the consumer catches up
+                    self._queue.when_room(conn.transport.resume_reading)
+                return
             try:
                 if len(frames) != 1:
                     raise AuthenticationError("handshake messages carry exactly one frame")
                 reply = handshake.step(kind, frames[0])
             except AuthenticationError as error:
-                with contextlib.suppress(OSError):
-                    await _write(conn, Kind.DENIED, [str(error).encode()], 1 << 16)
-                raise
-            await _write(conn, reply[0], [reply[1]], 1 << 16)
-        return Peer(next(self._ids), handshake.peer_name)
+                conn.write(Kind.DENIED, [str(error).encode()], 1 << 16)
+                conn.close(f"authentication failed: {error}")
+                return
+            conn.write(reply[0], [reply[1]], 1 << 16)
+            if handshake.done:
+                deadline.cancel()
+                peer = Peer(next(self._ids), handshake.peer_name)
+
+        def on_lost(reason: str) -> None:
+            deadline.cancel()
+            self._connections.discard(conn)
+            if peer is None or reason.startswith(("protocol error", "authentication", "did not")):
+                log.warning("closing a connection on %s (%s): %s", self.address, peer or "unauthenticated", reason)
+            if peer is not None and not self._closed:
+                self._queue.put(PeerLeft(peer, reason))
+
+        conn.on_message, conn.on_lost = on_message, on_lost
+        self._connections.add(conn)
+        return conn
 
     async def receive(self) -> Event:
         return await self._queue.get()
@@ -192,69 +286,58 @@ class SocketListener(Listener):
         if self._closed:
             return
         self._closed = True
-        self._accepting.cancel()
-        for task in list(self._tasks):
-            task.cancel()
-        self._sock.close()
-        for conn in list(self._conns):
-            conn.close()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.close("the listener closed")
         if self.address.scheme == "ipc":
             with contextlib.suppress(OSError):
                 os.unlink(self.address.path)
-        self._queue.put_nowait(ListenerClosed(f"listener on {self.address} is closed"))
+        self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
 
 
 class SocketSender(Sender):
-    def __init__(self, address: Address, settings: Settings, sock: socket.socket, reader: _Reader) -> None:
+    def __init__(self, address: Address, settings: Settings, conn: _Connection) -> None:
         self.address = address
         self._settings = settings
-        self._sock = sock
+        self._conn = conn
         self._lock = asyncio.Lock()
-        self._reason: str | None = None
         self._gone = asyncio.Event()
-        self._watch = asyncio.get_running_loop().create_task(self._watch_for_close(reader))
-
-    async def _watch_for_close(self, reader: _Reader) -> None:
-        """The listener sends nothing after the handshake: any read ends the connection."""
-        try:
-            await reader.read()
-            reason = "the listener sent data it should not have"
-        except (EOFError, ConnectionError, OSError):
-            reason = "the listener closed the connection"
-        except (DecodeError, MessageTooLarge) as error:
-            reason = f"protocol error: {error}"
-        except asyncio.CancelledError:
-            return
-        self._lost(reason)
-
-    def _lost(self, reason: str) -> None:
-        if self._reason is None:
-            self._reason = reason
+        conn.on_message = lambda kind, frames: conn.close(
+            "protocol error: the listener sent data after the handshake"
+        )
+        conn.on_lost = lambda reason: self._gone.set()
+        if conn.reason is not None:
             self._gone.set()
-            self._sock.close()
 
     async def send(self, frames: Sequence[Buffer]) -> None:
-        if self._reason is not None:
-            raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")
-        async with self._lock:
-            try:
-                await _write(self._sock, Kind.DATA, frames, self._settings.max_message_size)
-            except OSError as error:
-                self._lost(f"sending failed: {error}")
-                raise PeerDisconnected(f"connection to {self.address} broke: {error}") from error
+        conn = self._conn
+        pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
+        async with self._lock:  # a large message goes out in chunks; others wait their turn
+            for piece in pieces:
+                view = memoryview(piece).cast("B")
+                for start in range(0, max(view.nbytes, 1), CHUNK):
+                    if conn.paused:
+                        await conn.writable()
+                    if conn.reason is not None or conn.transport is None:
+                        raise PeerDisconnected(f"connection to {self.address} is gone: {conn.reason}")
+                    conn.transport.write(view[start : start + CHUNK])
 
     @property
     def closed(self) -> bool:
-        return self._reason is not None
+        return self._conn.reason is not None
 
     async def wait_closed(self) -> str:
         await self._gone.wait()
-        return self._reason or "closed"
+        return self._conn.reason or "closed"
 
     async def aclose(self) -> None:
-        async with self._lock:
-            self._watch.cancel()
-            self._lost("closed by this side")
+        conn = self._conn
+        if conn.reason is None:
+            conn.reason = "closed by this side"
+            self._gone.set()
+            if conn.transport is not None:
+                conn.transport.close()  # flushes what is buffered, then closes
 
 
 class SocketTransport(Transport):
@@ -273,50 +356,59 @@ class SocketTransport(Transport):
             sock.close()
             raise ConnectError(f"cannot listen on {address}: {error}") from error
         sock.setblocking(False)
-        return SocketListener(address, settings, sock)
+        listener = SocketListener(address, settings)
+        await listener.start(sock)
+        return listener
 
     async def connect(self, address: Address, settings: Settings) -> Sender:
         loop = asyncio.get_running_loop()
-        sock = _stream_socket(address)
-        sock.setblocking(False)
-        target = address.path if address.scheme == "ipc" else (address.host, address.port)
+        conn = _Connection(1 << 16)
+        replies: asyncio.Queue[tuple[int, list[memoryview]] | str] = asyncio.Queue()
+        conn.on_message = lambda kind, frames: replies.put_nowait((kind, frames))
+        conn.on_lost = replies.put_nowait
         try:
-            await asyncio.wait_for(loop.sock_connect(sock, target), settings.handshake_timeout)
+            if address.scheme == "ipc":
+                connecting = loop.create_unix_connection(lambda: conn, address.path)
+            else:
+                connecting = loop.create_connection(lambda: conn, address.host, address.port)
+            await asyncio.wait_for(connecting, settings.handshake_timeout)
         except (OSError, TimeoutError) as error:
-            sock.close()
             raise ConnectError(f"cannot connect to {address}: {error or 'timed out'}") from error
-        reader = _Reader(sock, 1 << 16)
+
+        async def reply() -> tuple[int, memoryview]:
+            got = await replies.get()
+            if isinstance(got, str):
+                raise AuthenticationError(f"{address} closed the connection during the handshake ({got})")
+            kind, frames = got
+            if len(frames) != 1:
+                raise AuthenticationError("handshake messages carry exactly one frame")
+            return kind, frames[0]
+
+        async def handshake() -> None:
+            client = ClientHandshake(settings.secret, settings.name)
+            conn.write(*_one(client.hello()))
+            conn.write(*_one(client.answer(*await reply())))
+            client.check(*await reply())
+
         try:
-            await asyncio.wait_for(_client_handshake(sock, reader, settings), settings.handshake_timeout)
-        except AuthenticationError:
-            sock.close()
-            raise
+            await asyncio.wait_for(handshake(), settings.handshake_timeout)
         except TimeoutError as error:
-            sock.close()
+            conn.close("handshake timed out")
             raise AuthenticationError(f"{address} did not complete the handshake in time") from error
-        except (EOFError, OSError) as error:
-            sock.close()
-            raise AuthenticationError(f"{address} closed the connection during the handshake") from error
         except BaseException:
-            sock.close()
+            conn.close("handshake failed")
             raise
-        return SocketSender(address, settings, sock, reader)
-
-
-async def _client_handshake(sock: socket.socket, reader: _Reader, settings: Settings) -> None:
-    client = ClientHandshake(settings.secret, settings.name)
-    await _write(sock, *_one(client.hello()))
-    await _write(sock, *_one(client.answer(*_single(await reader.read()))))
-    client.check(*_single(await reader.read()))
+        return SocketSender(address, settings, conn)
 
 
 def _one(step: tuple[int, bytes]) -> tuple[int, list[bytes], int]:
     return step[0], [step[1]], 1 << 16
 
 
-def _single(message: tuple[int, list[memoryview]]) -> tuple[int, memoryview]:
-    kind, frames = message
-    if len(frames) != 1:
-        raise AuthenticationError("handshake messages carry exactly one frame")
-    return kind, frames[0]
+def _ignore(*args: object) -> None:
+    pass
 
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -1,0 +1,27 @@
+"""The event loop the runtime runs on: uvloop where it is installed (it is a
+dependency on Linux), whose callbacks and socket I/O cost a fraction of the
+standard loop's; the standard loop otherwise. Every backend works on both."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["new_event_loop", "run"]
+
+T = TypeVar("T")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on the loop ``new_event_loop`` makes."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main)

@@ -1,10 +1,11 @@
 """The default backend: nng sockets through pynng.
 
-pynng's blocking calls are several times faster than its asyncio ones, so
-each listener runs one thread in a blocking receive loop that hands events to
-the event loop (waking it only when it waits), and a sender sends without
-blocking when nng has room and falls back to a worker thread when it does
-not. Every connection is a pipe of a polyamorous PAIR1 socket, so the
+pynng's blocking calls are several times faster than its asyncio ones. A
+listener registers nng's receive notification descriptor with the event loop
+and drains the socket with non-blocking receives when it fires (measured
+faster than a blocking receive thread handing batches to the loop: 275 against
+414 µs per round trip); a sender sends without blocking when nng has room and
+falls back to a worker thread when it does not. Every connection is a pipe of a polyamorous PAIR1 socket, so the
 listener can answer a pipe during the handshake.
 """
 
@@ -13,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 import pynng
@@ -46,7 +46,6 @@ from ._wire import Kind, join, split
 __all__ = ["NngTransport"]
 
 log = logging.getLogger("monarch.transport.nng")
-POLL_MS = 100  # how often the receive thread looks for departed pipes while idle
 OVERHEAD = 1 << 20  # room for the frame table on top of the payload limit
 
 
@@ -61,23 +60,15 @@ class _Pipe:
     peer: Peer | None = None
 
 
-@dataclass
-class _State:
-    pipes: dict[int, _Pipe] = field(default_factory=dict)
-    gone: list[int] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 class NngListener(Listener):
     def __init__(self, address: Address, settings: Settings) -> None:
         self._settings = settings
         self._queue = EventQueue(settings.queue_depth)
         self._loop = asyncio.get_running_loop()
         self._ids = itertools.count(1)
-        self._state = _State()
+        self._pipes: dict[int, _Pipe] = {}  # touched on the event loop only
         self._closed = False
         self._sock = pynng.Pair1(polyamorous=True, recv_max_size=settings.max_message_size + OVERHEAD)
-        self._sock.recv_timeout = POLL_MS
         self._sock.add_post_pipe_connect_cb(self._on_connect)
         self._sock.add_post_pipe_remove_cb(self._on_remove)
         try:
@@ -85,87 +76,77 @@ class NngListener(Listener):
         except pynng.NNGException as error:
             self._sock.close()
             raise ConnectError(f"cannot listen on {address}: {error}") from error
-        if address.scheme == "tcp":
-            port = int(str(bound.local_address).rpartition(":")[2])
-            address = address.with_port(port)
+        if address.scheme == "tcp":  # pynng's own port getter is wrong for IPv6
+            address = address.with_port(int(str(bound.local_address).rpartition(":")[2]))
         self.address = address
-        self._thread = threading.Thread(
-            target=self._receive_loop, name=f"monarch-nng-recv {address}", daemon=True
-        )
-        self._thread.start()
+        self._fd = self._sock.recv_fd
+        self._loop.add_reader(self._fd, self._readable)
 
-    # -- nng's callbacks (its own threads) ------------------------------------
+    # -- nng's callbacks run on its threads: hand them to the loop -------------
 
     def _on_connect(self, pipe: pynng.Pipe) -> None:
-        with self._state.lock:  # the receive thread may have met this pipe first
-            self._state.pipes.setdefault(pipe.id, _Pipe(pipe, ServerHandshake(self._settings.secret)))
-        self._loop.call_soon_threadsafe(
-            self._loop.call_later, self._settings.handshake_timeout, self._deadline, pipe.id
-        )
+        self._loop.call_soon_threadsafe(self._connected, pipe)
 
     def _on_remove(self, pipe: pynng.Pipe) -> None:
-        with self._state.lock:
-            self._state.gone.append(pipe.id)
+        self._loop.call_soon_threadsafe(self._departed, pipe.id)
+
+    def _state(self, pipe: pynng.Pipe) -> _Pipe:
+        state = self._pipes.get(pipe.id)
+        if state is None:
+            state = self._pipes[pipe.id] = _Pipe(pipe, ServerHandshake(self._settings.secret))
+        return state
+
+    def _connected(self, pipe: pynng.Pipe) -> None:
+        self._state(pipe)
+        self._loop.call_later(self._settings.handshake_timeout, self._deadline, pipe.id)
 
     def _deadline(self, pipe_id: int) -> None:
-        with self._state.lock:
-            state = self._state.pipes.get(pipe_id)
+        state = self._pipes.get(pipe_id)
         if state is not None and state.peer is None:
-            log.warning("closing a connection that did not authenticate in time")
-            _close_pipe(state.pipe)
+            self._reject(state, "did not authenticate in time")
 
-    # -- the receive thread -------------------------------------------------------
+    def _departed(self, pipe_id: int) -> None:
+        """Report a pipe that went away once its last messages are handled:
+        what the socket still holds is read first, so a departure never
+        overtakes data (no new message of that pipe can arrive any more)."""
+        self._readable()
+        state = self._pipes.pop(pipe_id, None)
+        if state is not None and state.peer is not None and not self._closed:
+            self._queue.put(PeerLeft(state.peer, "connection closed"))
 
-    def _receive_loop(self) -> None:
-        sock = self._sock
-        while True:
+    # -- reading, on the loop, whenever nng says a message waits ----------------
+
+    def _readable(self) -> None:
+        while not self._closed:
             try:
-                msg = sock.recv_msg()
-            except pynng.Timeout:
-                self._report_departures()
-                continue
-            except pynng.Closed:
-                break
-            self._handle(msg)
-            if self._state.gone:
-                self._report_departures()
-        self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
-
-    def _report_departures(self) -> None:
-        """Report pipes that went away, once their last messages are handled:
-        drain what the socket holds first, so a departure never overtakes."""
-        with self._state.lock:
-            gone, self._state.gone = self._state.gone, []
-        while True:
-            try:
-                self._handle(self._sock.recv_msg(block=False))
+                msg = self._sock.recv_msg(block=False)
             except (pynng.TryAgain, pynng.Closed):
-                break
-        for pipe_id in gone:
-            with self._state.lock:
-                state = self._state.pipes.pop(pipe_id, None)
-            if state is not None and state.peer is not None:
-                self._queue.put(PeerLeft(state.peer, "connection closed"))
+                return
+            if self._handle(msg):  # the consumer is behind: stop reading for now
+                self._loop.remove_reader(self._fd)
+                self._queue.when_room(self._resume)
+                return
 
-    def _handle(self, msg: pynng.Message) -> None:
-        pipe = msg.pipe
-        with self._state.lock:
-            state = self._state.pipes.get(pipe.id)
-        if state is None:  # its connect callback has not run yet
-            fresh = _Pipe(pipe, ServerHandshake(self._settings.secret))
-            with self._state.lock:
-                state = self._state.pipes.setdefault(pipe.id, fresh)
+    def _resume(self) -> None:
+        if not self._closed:
+            self._loop.add_reader(self._fd, self._readable)
+            self._readable()
+
+    def _handle(self, msg: pynng.Message) -> bool:
+        """Act on one message; whether the event queue is now full."""
+        state = self._state(msg.pipe)
         try:
             kind, frames = split(msg.bytes, self._settings.max_message_size)
         except (DecodeError, MessageTooLarge) as error:
             self._reject(state, f"malformed message: {error}")
-            return
+            return False
         if state.peer is None:
             self._authenticate(state, kind, frames)
         elif kind == Kind.DATA:
-            self._queue.put_from_thread(Received(state.peer, frames))
+            return self._queue.put(Received(state.peer, frames))
         else:
             self._reject(state, f"unexpected message kind {kind} after the handshake")
+        return False
 
     def _authenticate(self, state: _Pipe, kind: int, frames: list[memoryview]) -> None:
         try:
@@ -173,15 +154,21 @@ class NngListener(Listener):
                 raise AuthenticationError("handshake messages carry exactly one frame")
             reply = state.handshake.step(kind, frames[0])
         except AuthenticationError as error:
-            try:
-                state.pipe.send(join(Kind.DENIED, [str(error).encode()], 1 << 16))
-            except pynng.NNGException:
-                pass
+            self._reply(state, Kind.DENIED, str(error).encode())
             self._reject(state, f"authentication failed: {error}")
             return
-        state.pipe.send(join(reply[0], [reply[1]], 1 << 16))
-        if state.handshake.done:
+        if not self._reply(state, *reply):
+            self._reject(state, "does not read the handshake's replies")
+        elif state.handshake.done:
             state.peer = Peer(next(self._ids), state.handshake.peer_name)
+
+    def _reply(self, state: _Pipe, kind: int, payload: bytes) -> bool:
+        """Answer one pipe without blocking the loop; whether it went out."""
+        try:
+            self._sock.send_msg(pynng.Message(join(kind, [payload], 1 << 16), state.pipe), block=False)
+        except pynng.NNGException:
+            return False
+        return True
 
     def _reject(self, state: _Pipe, why: str) -> None:
         who = state.peer or "an unauthenticated peer"
@@ -196,8 +183,9 @@ class NngListener(Listener):
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
+            self._loop.remove_reader(self._fd)
             await anyio.to_thread.run_sync(self._sock.close)
-            await anyio.to_thread.run_sync(self._thread.join)
+            self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
 
 
 def _close_pipe(pipe: pynng.Pipe) -> None:

@@ -10,7 +10,6 @@ The echo server always runs in a second process. Prints one JSON object:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import socket
@@ -221,7 +220,9 @@ def _run(coro: Any) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test)")
     parser.add_argument("--serve", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -234,7 +235,11 @@ def main() -> None:
         else:
             _run(ours_server(impl.removeprefix("ours-"), where[0], where[1]))
         return
-    cfg = {"rt": 300, "oneway": 3000, "big": 2} if args.quick else {"rt": 3000, "oneway": 30000, "big": 5}
+    cfg = (
+        {"rt": 300, "oneway": 3000, "big": 2}
+        if args.quick
+        else {"rt": 3000, "oneway": 30000, "big": 5}
+    )
     results: dict[str, dict[str, float]] = {}
     for family in ("ipc", "tcp"):
         results[f"raw-pynng/{family}"] = raw_client("raw-pynng", family, cfg)

@@ -9,7 +9,11 @@ from monarch_transport import Address, AddressError, ChannelTransport
         ("tcp://127.0.0.1:5000", "tcp://127.0.0.1:5000", ("tcp", "127.0.0.1", 5000, "")),
         ("tcp://localhost:0", "tcp://localhost:0", ("tcp", "localhost", 0, "")),
         ("tcp://[::1]:80", "tcp://[::1]:80", ("tcp", "::1", 80, "")),
-        ("TCP://host-1.example:65535", "tcp://host-1.example:65535", ("tcp", "host-1.example", 65535, "")),
+        (
+            "TCP://host-1.example:65535",
+            "tcp://host-1.example:65535",
+            ("tcp", "host-1.example", 65535, ""),
+        ),
         ("ipc:///tmp/a.sock", "ipc:///tmp/a.sock", ("ipc", "", 0, "/tmp/a.sock")),
         ("unix:///tmp/a.sock", "ipc:///tmp/a.sock", ("ipc", "", 0, "/tmp/a.sock")),
         ("ipc://relative.sock", "ipc://relative.sock", ("ipc", "", 0, "relative.sock")),

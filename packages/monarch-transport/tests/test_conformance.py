@@ -66,7 +66,9 @@ async def test_ordering_under_concurrent_senders(backend):
     transport, address = backend
     count, senders = 300, 4
     async with await transport.listen(address(), settings()) as inbox:
-        outs = [await transport.connect(inbox.address, settings(name=f"s{i}")) for i in range(senders)]
+        outs = [
+            await transport.connect(inbox.address, settings(name=f"s{i}")) for i in range(senders)
+        ]
 
         async def blast(i, out):
             for seq in range(count):
@@ -227,7 +229,8 @@ CHILD = textwrap.dedent(
 
     async def main():
         transport = {"nng": NngTransport, "socket": SocketTransport}[sys.argv[1]]()
-        out = await transport.connect(Address.parse(sys.argv[2]), Settings(secret=b"s" * 32, name="child"))
+        settings = Settings(secret=b"s" * 32, name="child")
+        out = await transport.connect(Address.parse(sys.argv[2]), settings)
         await out.send([b"hello from the child"])
         print("sent", flush=True)
         await asyncio.sleep(3600)

@@ -82,7 +82,9 @@ async def test_fuzz_nng_listener(tmp_path):
     marker = str(tmp_path / "pwned")
     rng = random.Random(1234)
     for url in (f"ipc://{tmp_path}/fuzz.sock", "tcp://127.0.0.1:0"):
-        inbox = await transport.listen(Address.parse(url), Settings(secret=SECRET, max_message_size=1 << 20))
+        inbox = await transport.listen(
+            Address.parse(url), Settings(secret=SECRET, max_message_size=1 << 20)
+        )
         good = await transport.connect(inbox.address, Settings(secret=SECRET, name="good"))
         for data in attacks(marker, rng):
             raw = pynng.Pair1(recv_timeout=200, send_timeout=1000)
@@ -114,7 +116,8 @@ async def test_fuzz_socket_listener(tmp_path):
     rng = random.Random(4321)
     for url in (f"ipc://{tmp_path}/fuzz.sock", "tcp://127.0.0.1:0"):
         inbox = await transport.listen(
-            Address.parse(url), Settings(secret=SECRET, max_message_size=1 << 20, handshake_timeout=1)
+            Address.parse(url),
+            Settings(secret=SECRET, max_message_size=1 << 20, handshake_timeout=1),
         )
         good = await transport.connect(inbox.address, Settings(secret=SECRET, name="good"))
         loop = asyncio.get_running_loop()

@@ -93,7 +93,9 @@ def _parse_tcp(text: str, rest: str) -> Address:
         if not colon or not host:
             raise AddressError(f"address {text!r} needs a host and a port: tcp://HOST:PORT")
         if ":" in host:
-            raise AddressError(f"address {text!r}: put an IPv6 host in brackets, tcp://[{host}]:PORT")
+            raise AddressError(
+                f"address {text!r}: put an IPv6 host in brackets, tcp://[{host}]:PORT"
+            )
         if host != "*" and not _HOSTNAME.match(host):
             raise AddressError(f"address {text!r}: {host!r} is not a valid host name or address")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
@@ -131,5 +133,7 @@ class ChannelTransport(enum.Enum):
         if self is ChannelTransport.TcpWithHostname:
             return Address("tcp", host=os.uname().nodename, port=0)
         if self is ChannelTransport.Unix:
-            return Address("ipc", path=os.path.join(tempfile.gettempdir(), f"monarch-{unique}.sock"))
+            return Address(
+                "ipc", path=os.path.join(tempfile.gettempdir(), f"monarch-{unique}.sock")
+            )
         return Address("inproc", path=f"monarch-{unique}")

@@ -41,7 +41,9 @@ def job_secret() -> bytes:
     try:
         secret = bytes.fromhex(text)
     except ValueError:
-        raise AuthenticationError(f"{SECRET_ENV} must be hex digits, got {len(text)} other characters") from None
+        raise AuthenticationError(
+            f"{SECRET_ENV} must be hex digits, got {len(text)} other characters"
+        ) from None
     if len(secret) < 16:
         raise AuthenticationError(f"{SECRET_ENV} must hold at least 16 bytes (32 hex digits)")
     return secret
@@ -102,7 +104,9 @@ class ClientHandshake:
     def answer(self, kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
         payload = bytes(payload)
         if kind == Kind.DENIED:
-            raise AuthenticationError(f"the listener refused us: {payload.decode(errors='replace')}")
+            raise AuthenticationError(
+                f"the listener refused us: {payload.decode(errors='replace')}"
+            )
         if kind != Kind.CHALLENGE or len(payload) != NONCE + PROOF:
             raise AuthenticationError("the listener did not answer with a challenge")
         server_nonce, proof = payload[:NONCE], payload[NONCE:]

@@ -132,9 +132,8 @@ class InprocTransport(Transport):
         with _registry_lock:
             listener = _listeners.get(address.path)
         if listener is None:
-            raise ConnectError(f"cannot connect to {address}: nothing listens there in this process")
+            raise ConnectError(
+                f"cannot connect to {address}: nothing listens there in this process"
+            )
         peer = listener.accept(ClientHandshake(settings.secret, settings.name))
         return InprocSender(listener, peer, settings)
-
-
-

@@ -47,7 +47,9 @@ def enable_transport(transport: ChannelTransport | str) -> None:
         if isinstance(transport, ChannelTransport):
             _choice.listen_on = transport
         elif not isinstance(transport, str):
-            raise TypeError(f"enable_transport() takes a ChannelTransport or a str, got {transport!r}")
+            raise TypeError(
+                f"enable_transport() takes a ChannelTransport or a str, got {transport!r}"
+            )
         elif transport in BACKENDS:
             _choice.backend = transport
         elif "://" in transport:
@@ -59,7 +61,9 @@ def enable_transport(transport: ChannelTransport | str) -> None:
 def backend_name() -> str:
     name = _choice.backend or os.environ.get(BACKEND_ENV, "nng")
     if name not in BACKENDS:
-        raise TransportError(f"{BACKEND_ENV}={name!r} is not a transport; use one of {sorted(BACKENDS)}")
+        raise TransportError(
+            f"{BACKEND_ENV}={name!r} is not a transport; use one of {sorted(BACKENDS)}"
+        )
     return name
 
 
@@ -80,7 +84,9 @@ def default_listen_address() -> Address:
     return chosen if isinstance(chosen, Address) else chosen.any_address()
 
 
-async def listen(address: Address | str | None = None, settings: Settings | None = None) -> Listener:
+async def listen(
+    address: Address | str | None = None, settings: Settings | None = None
+) -> Listener:
     """Listen on ``address`` (default: a fresh one of the configured kind)."""
     address = default_listen_address() if address is None else Address.parse(address)
     if address.scheme == "tcp" and address.host == "*":

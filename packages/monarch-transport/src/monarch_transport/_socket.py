@@ -19,7 +19,13 @@ from collections.abc import Callable, Sequence
 
 from ._address import Address
 from ._auth import ClientHandshake, ServerHandshake
-from ._errors import AuthenticationError, ConnectError, DecodeError, MessageTooLarge, PeerDisconnected
+from ._errors import (
+    AuthenticationError,
+    ConnectError,
+    DecodeError,
+    MessageTooLarge,
+    PeerDisconnected,
+)
 from ._interface import (
     Buffer,
     Event,
@@ -110,7 +116,9 @@ class _Framer:
                 if not self._available(table):
                     return
                 start = self._start + HEAD.size
-                lengths = read_lengths(kind, count, self._buf[start : self._start + table], self._max)
+                lengths = read_lengths(
+                    kind, count, self._buf[start : self._start + table], self._max
+                )
                 self._start += table
                 self._head = (kind, lengths, [])
             kind, lengths, frames = self._head
@@ -157,7 +165,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        transport.set_write_buffer_limits(high=4 * CHUNK)
+        transport.set_write_buffer_limits(high=4 * CHUNK)  # type: ignore[attr-defined]
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family != socket.AF_UNIX:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -271,7 +279,12 @@ class SocketListener(Listener):
             deadline.cancel()
             self._connections.discard(conn)
             if peer is None or reason.startswith(("protocol error", "authentication", "did not")):
-                log.warning("closing a connection on %s (%s): %s", self.address, peer or "unauthenticated", reason)
+                log.warning(
+                    "closing a connection on %s (%s): %s",
+                    self.address,
+                    peer or "unauthenticated",
+                    reason,
+                )
             if peer is not None and not self._closed:
                 self._queue.put(PeerLeft(peer, reason))
 
@@ -320,7 +333,9 @@ class SocketSender(Sender):
                     if conn.paused:
                         await conn.writable()
                     if conn.reason is not None or conn.transport is None:
-                        raise PeerDisconnected(f"connection to {self.address} is gone: {conn.reason}")
+                        raise PeerDisconnected(
+                            f"connection to {self.address} is gone: {conn.reason}"
+                        )
                     conn.transport.write(view[start : start + CHUNK])
 
     @property
@@ -378,7 +393,9 @@ class SocketTransport(Transport):
         async def reply() -> tuple[int, memoryview]:
             got = await replies.get()
             if isinstance(got, str):
-                raise AuthenticationError(f"{address} closed the connection during the handshake ({got})")
+                raise AuthenticationError(
+                    f"{address} closed the connection during the handshake ({got})"
+                )
             kind, frames = got
             if len(frames) != 1:
                 raise AuthenticationError("handshake messages carry exactly one frame")
@@ -394,7 +411,9 @@ class SocketTransport(Transport):
             await asyncio.wait_for(handshake(), settings.handshake_timeout)
         except TimeoutError as error:
             conn.close("handshake timed out")
-            raise AuthenticationError(f"{address} did not complete the handshake in time") from error
+            raise AuthenticationError(
+                f"{address} did not complete the handshake in time"
+            ) from error
         except BaseException:
             conn.close("handshake failed")
             raise

@@ -76,7 +76,9 @@ def split(data: Buffer, max_size: int) -> tuple[int, list[memoryview]]:
     """Parse one whole message; its kind and frames (views into ``data``, no copies)."""
     view = memoryview(data).cast("B")
     if view.nbytes < HEAD.size:
-        raise DecodeError(f"message of {view.nbytes} bytes is shorter than its {HEAD.size}-byte head")
+        raise DecodeError(
+            f"message of {view.nbytes} bytes is shorter than its {HEAD.size}-byte head"
+        )
     kind, count = HEAD.unpack_from(view)
     start = HEAD.size + 8 * count
     if view.nbytes < start:

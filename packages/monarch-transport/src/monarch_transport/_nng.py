@@ -73,6 +73,7 @@ class NngListener(Listener):
         self._sock = pynng.Pair1(
             polyamorous=True, recv_max_size=settings.max_message_size + OVERHEAD
         )
+        self._sock.send_timeout = int(settings.handshake_timeout * 1000)  # handshake replies only
         self._sock.add_post_pipe_connect_cb(self._on_connect)
         self._sock.add_post_pipe_remove_cb(self._on_remove)
         try:
@@ -167,14 +168,19 @@ class NngListener(Listener):
             state.peer = Peer(next(self._ids), state.handshake.peer_name)
 
     def _reply(self, state: _Pipe, kind: int, payload: bytes) -> bool:
-        """Answer one pipe without blocking the loop; whether it went out."""
+        """Answer one pipe without blocking the loop; whether it could be sent."""
+        msg = pynng.Message(join(kind, [payload], 1 << 16), state.pipe)
         try:
-            self._sock.send_msg(
-                pynng.Message(join(kind, [payload], 1 << 16), state.pipe), block=False
-            )
+            self._sock.send_msg(msg, block=False)
+        except pynng.TryAgain:  # a new pipe may not take a message at once
+            self._loop.run_in_executor(None, self._send_late, msg)
         except pynng.NNGException:
             return False
         return True
+
+    def _send_late(self, msg: pynng.Message) -> None:
+        with contextlib.suppress(pynng.NNGException):  # it timed out or left: dropped
+            self._sock.send_msg(msg)
 
     def _reject(self, state: _Pipe, why: str) -> None:
         who = state.peer or "an unauthenticated peer"

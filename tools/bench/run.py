@@ -80,7 +80,45 @@ def mesh(args: argparse.Namespace) -> str:
     return "\n".join([f"Measured on {machine}; best of {args.repeat} runs.", "", *rows])
 
 
-SUITES = {"mesh": mesh}
+def transport(args: argparse.Namespace) -> str:
+    console.print("measuring transports against raw pynng and raw sockets ...")
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "transport_bench.py")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    table = Table(title="transport: ours against the raw floor, echo server in a second process")
+    header = (
+        "backend / family", "round trip", "floor", "× floor",
+        "one-way msgs/s", "floor", "64 MiB echo GB/s", "floor", "× floor (time)",
+    )
+    for column in header:
+        table.add_column(column, justify="left" if column == header[0] else "right")
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for family in ("ipc", "tcp"):
+        for backend, floor in (("nng", "raw-pynng"), ("socket", "raw-socket")):
+            ours, raw = results[f"{backend}/{family}"], results[f"{floor}/{family}"]
+            cells = (
+                f"{backend} / {family}",
+                f"{ours['rt_us']:.0f} µs",
+                f"{raw['rt_us']:.0f} µs",
+                f"{ours['rt_us'] / raw['rt_us']:.2f}×",
+                f"{ours['msgs_per_s']:,.0f}",
+                f"{raw['msgs_per_s']:,.0f}",
+                f"{ours['big_gbps']:.2f}",
+                f"{raw['big_gbps']:.2f}",
+                f"{raw['big_gbps'] / ours['big_gbps']:.2f}×",
+            )
+            table.add_row(*cells)
+            rows.append("| " + " | ".join(cells) + " |")
+    Console().print(table)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return "\n".join([f"Measured on {machine}.", "", *rows])
+
+
+SUITES = {"mesh": mesh, "transport": transport}
 
 
 def write_section(name: str, body: str) -> None:

@@ -91,8 +91,15 @@ def transport(args: argparse.Namespace) -> str:
     results = json.loads(out.stdout.strip().splitlines()[-1])
     table = Table(title="transport: ours against the raw floor, echo server in a second process")
     header = (
-        "backend / family", "round trip", "floor", "× floor",
-        "one-way msgs/s", "floor", "64 MiB echo GB/s", "floor", "× floor (time)",
+        "backend / family",
+        "round trip",
+        "floor",
+        "× floor",
+        "one-way msgs/s",
+        "floor",
+        "64 MiB echo GB/s",
+        "floor",
+        "× floor (time)",
     )
     for column in header:
         table.add_column(column, justify="left" if column == header[0] else "right")

@@ -39,6 +39,7 @@ from ._interface import (
     Received,
     Sender,
     Settings,
+    TlsFiles,
     Transport,
 )
 from ._loop import new_event_loop, run
@@ -63,6 +64,7 @@ __all__ = [
     "Received",
     "Sender",
     "Settings",
+    "TlsFiles",
     "Transport",
     "TransportError",
     "connect",

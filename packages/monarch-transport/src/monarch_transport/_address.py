@@ -19,9 +19,12 @@ from ._errors import AddressError
 
 __all__ = ["Address", "ChannelTransport"]
 
-Scheme = Literal["tcp", "ipc", "inproc"]
+Scheme = Literal["tcp", "tls", "ipc", "inproc"]
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?$")
-_FORMS = "tcp://HOST:PORT, tcp://[IPV6]:PORT, ipc:///PATH (or unix:///PATH) or inproc://NAME"
+_FORMS = (
+    "tcp://HOST:PORT, tcp://[IPV6]:PORT, tls+tcp://HOST:PORT, ipc:///PATH (or unix:///PATH) "
+    "or inproc://NAME"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +36,8 @@ class Address:
     """
 
     scheme: Scheme
-    host: str = ""  # tcp only
-    port: int = 0  # tcp only; 0 asks the listener for an ephemeral port
+    host: str = ""  # tcp and tls only
+    port: int = 0  # tcp and tls only; 0 asks the listener for an ephemeral port
     path: str = ""  # ipc: the socket file; inproc: the name
 
     @staticmethod
@@ -49,6 +52,8 @@ class Address:
         scheme = scheme.lower()
         if scheme == "tcp":
             return _parse_tcp(text, rest)
+        if scheme in ("tls+tcp", "tls"):
+            return _parse_tcp(text, rest, "tls")
         if scheme in ("ipc", "unix"):
             if not rest:
                 raise AddressError(f"address {text!r} has no socket path; expected ipc:///PATH")
@@ -63,22 +68,22 @@ class Address:
 
     @property
     def family(self) -> Literal["tcp", "unix", "local"]:
-        return {"tcp": "tcp", "ipc": "unix", "inproc": "local"}[self.scheme]  # type: ignore[return-value]
+        return {"tcp": "tcp", "tls": "tcp", "ipc": "unix", "inproc": "local"}[self.scheme]  # type: ignore[return-value]
 
     def with_port(self, port: int) -> Address:
         return Address(self.scheme, self.host, port, self.path)
 
     def __str__(self) -> str:
-        if self.scheme == "tcp":
+        if self.scheme in ("tcp", "tls"):
             host = f"[{self.host}]" if ":" in self.host else self.host
-            return f"tcp://{host}:{self.port}"
+            return f"{'tls+tcp' if self.scheme == 'tls' else 'tcp'}://{host}:{self.port}"
         return f"{self.scheme}://{self.path}"
 
     def __repr__(self) -> str:
         return f"Address.parse({str(self)!r})"
 
 
-def _parse_tcp(text: str, rest: str) -> Address:
+def _parse_tcp(text: str, rest: str, scheme: Literal["tcp", "tls"] = "tcp") -> Address:
     if rest.startswith("["):
         host, bracket, port_text = rest[1:].partition("]")
         if not bracket or not port_text.startswith(":"):
@@ -100,7 +105,7 @@ def _parse_tcp(text: str, rest: str) -> Address:
             raise AddressError(f"address {text!r}: {host!r} is not a valid host name or address")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise AddressError(f"address {text!r}: port must be a number from 0 to 65535")
-    return Address("tcp", host=host, port=int(port_text))
+    return Address(scheme, host=host, port=int(port_text))
 
 
 class ChannelTransport(enum.Enum):

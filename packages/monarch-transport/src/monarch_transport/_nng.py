@@ -55,6 +55,29 @@ def _url(address: Address) -> str:
     return str(address)
 
 
+def _tls(address: Address, settings: Settings, *, server: bool) -> dict[str, pynng.TLSConfig]:
+    """pynng's TLS configuration for a ``tls+tcp://`` address; none otherwise.
+    TLS authenticates the listener and encrypts; the handshake on the job's
+    secret still authenticates both sides."""
+    if address.scheme != "tls":
+        return {}
+    files = settings.tls_files(address)
+    ca, cert, key = files.read()
+    if server:
+        config = pynng.TLSConfig(
+            pynng.TLSConfig.MODE_SERVER, own_key_string=key, own_cert_string=cert, ca_string=ca
+        )
+    else:
+        config = pynng.TLSConfig(
+            pynng.TLSConfig.MODE_CLIENT,
+            server_name=files.server_name or address.host,
+            ca_string=ca,
+            own_key_string=key,
+            own_cert_string=cert,
+        )
+    return {"tls_config": config}
+
+
 @dataclass
 class _Pipe:
     pipe: pynng.Pipe
@@ -71,7 +94,9 @@ class NngListener(Listener):
         self._pipes: dict[int, _Pipe] = {}  # touched on the event loop only
         self._closed = False
         self._sock = pynng.Pair1(
-            polyamorous=True, recv_max_size=settings.max_message_size + OVERHEAD
+            polyamorous=True,
+            recv_max_size=settings.max_message_size + OVERHEAD,
+            **_tls(address, settings, server=True),
         )
         self._sock.send_timeout = int(settings.handshake_timeout * 1000)  # handshake replies only
         self._sock.add_post_pipe_connect_cb(self._on_connect)
@@ -81,7 +106,7 @@ class NngListener(Listener):
         except pynng.NNGException as error:
             self._sock.close()
             raise ConnectError(f"cannot listen on {address}: {error}") from error
-        if address.scheme == "tcp":  # pynng's own port getter is wrong for IPv6
+        if address.family == "tcp":  # pynng's own port getter is wrong for IPv6
             address = address.with_port(int(str(bound.local_address).rpartition(":")[2]))
         self.address = address
         self._fd = self._sock.recv_fd
@@ -284,7 +309,7 @@ class NngTransport(Transport):
 
 
 def _dial_and_authenticate(address: Address, settings: Settings) -> pynng.Pair1:
-    sock = pynng.Pair1(recv_max_size=1 << 16)
+    sock = pynng.Pair1(recv_max_size=1 << 16, **_tls(address, settings, server=False))
     sock.recv_timeout = int(settings.handshake_timeout * 1000)
     sock.send_timeout = int(settings.handshake_timeout * 1000)
     try:

@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable, Sequence
 
 from ._address import Address
@@ -25,6 +26,7 @@ from ._errors import (
     DecodeError,
     MessageTooLarge,
     PeerDisconnected,
+    TransportError,
 )
 from ._interface import (
     Buffer,
@@ -240,8 +242,9 @@ class SocketListener(Listener):
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, sock=sock)
-        if self.address.scheme == "tcp":
+        context = _ssl_context(self.address, self._settings, server=True)
+        self._server = await loop.create_server(self._accept, sock=sock, ssl=context)
+        if self.address.family == "tcp":
             self.address = self.address.with_port(sock.getsockname()[1])
 
     def _accept(self) -> _Connection:
@@ -385,7 +388,15 @@ class SocketTransport(Transport):
             if address.scheme == "ipc":
                 connecting = loop.create_unix_connection(lambda: conn, address.path)
             else:
-                connecting = loop.create_connection(lambda: conn, address.host, address.port)
+                context = _ssl_context(address, settings, server=False)
+                expect = None if context is None else settings.tls_files(address).server_name
+                connecting = loop.create_connection(
+                    lambda: conn,
+                    address.host,
+                    address.port,
+                    ssl=context,
+                    server_hostname=None if context is None else (expect or address.host),
+                )
             await asyncio.wait_for(connecting, settings.handshake_timeout)
         except (OSError, TimeoutError) as error:
             raise ConnectError(f"cannot connect to {address}: {error or 'timed out'}") from error
@@ -418,6 +429,23 @@ class SocketTransport(Transport):
             conn.close("handshake failed")
             raise
         return SocketSender(address, settings, conn)
+
+
+def _ssl_context(address: Address, settings: Settings, *, server: bool) -> ssl.SSLContext | None:
+    """The TLS context for a ``tls+tcp://`` address; ``None`` otherwise."""
+    if address.scheme != "tls":
+        return None
+    files = settings.tls_files(address)
+    try:
+        if server:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(files.cert, files.key)
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.load_verify_locations(files.ca)
+    except (OSError, ssl.SSLError) as error:
+        raise TransportError(f"cannot load the TLS files for {address}: {error}") from error
+    return context
 
 
 def _one(step: tuple[int, bytes]) -> tuple[int, list[bytes], int]:

@@ -145,7 +145,25 @@ class Settings:
         return self.tls
 
 
-class Listener(ABC):
+class _Closing(ABC):
+    """``async with`` closes it."""
+
+    @abstractmethod
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Listener(_Closing):
     """Messages and departures of every peer connected to one address."""
 
     address: Address
@@ -168,19 +186,8 @@ class Listener(ABC):
             except ListenerClosed:
                 return
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class Sender(ABC):
+class Sender(_Closing):
     """An authenticated, ordered connection to one listener."""
 
     address: Address
@@ -202,17 +209,6 @@ class Sender(ABC):
     @abstractmethod
     async def aclose(self) -> None:
         """Close after the messages already queued are handed to the system."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class Transport(ABC):

@@ -329,6 +329,11 @@ class SocketSender(Sender):
     async def send(self, frames: Sequence[Buffer]) -> None:
         conn = self._conn
         pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
+        transport = conn.transport
+        if len(pieces) == 1 and not (conn.paused or self._lock.locked() or conn.reason):
+            if transport is not None:  # the common case: one small write, nobody waiting
+                transport.write(pieces[0])
+                return
         async with self._lock:  # a large message goes out in chunks; others wait their turn
             for piece in pieces:
                 view = memoryview(piece).cast("B")

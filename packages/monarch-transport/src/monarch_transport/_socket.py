@@ -330,10 +330,10 @@ class SocketSender(Sender):
         conn = self._conn
         pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
         transport = conn.transport
-        if len(pieces) == 1 and not (conn.paused or self._lock.locked() or conn.reason):
-            if transport is not None:  # the common case: one small write, nobody waiting
-                transport.write(pieces[0])
-                return
+        idle = not (conn.paused or self._lock.locked() or conn.reason)
+        if len(pieces) == 1 and idle and transport is not None:
+            transport.write(pieces[0])  # the common case: one small write, nobody waiting
+            return
         async with self._lock:  # a large message goes out in chunks; others wait their turn
             for piece in pieces:
                 view = memoryview(piece).cast("B")

@@ -76,6 +76,7 @@ def tls_files_maker():
 
 
 BACKENDS = {
+    "nng-tls": (NngTransport, "tls"),
     "socket-tls": (SocketTransport, "tls"),
     "nng-ipc": (NngTransport, "ipc"),
     "nng-tcp4": (NngTransport, "tcp4"),

@@ -10,16 +10,9 @@ from monarch_transport._socket import SocketTransport
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def transport():
-    return SocketTransport()
-
-
-async def test_nng_refuses_tls_addresses_clearly():
-    with pytest.raises(TransportError, match="MONARCH_TRANSPORT=socket"):
-        await NngTransport().listen(
-            Address.parse("tls+tcp://127.0.0.1:0"), Settings(secret=b"t" * 32)
-        )
+@pytest.fixture(params=[NngTransport, SocketTransport], ids=["nng", "socket"])
+def transport(request):
+    return request.param()
 
 
 def env_files() -> TlsFiles:

@@ -30,7 +30,6 @@ from ._errors import (
     DecodeError,
     MessageTooLarge,
     PeerDisconnected,
-    TransportError,
 )
 from ._interface import (
     Buffer,
@@ -51,6 +50,7 @@ __all__ = ["NngTransport"]
 log = logging.getLogger("monarch.transport.nng")
 OVERHEAD = 1 << 20  # room for the frame table on top of the payload limit
 DEPARTURE_GRACE = 0.1  # seconds between nng's removal notice and our report
+BYE_TIMEOUT_MS = 2000  # how long a closing sender waits for the listener's answer
 
 
 def _url(address: Address) -> str:
@@ -58,16 +58,26 @@ def _url(address: Address) -> str:
 
 
 def _tls(address: Address, settings: Settings, *, server: bool) -> dict[str, pynng.TLSConfig]:
-    """TLS is served by the socket backend. Over pynng's TLS transport the
-    tests saw a sender's last message before ``close`` lost and a killed peer
-    go unnoticed, so this backend refuses ``tls+tcp://`` rather than deliver
-    less than it promises."""
-    if address.scheme == "tls":
-        raise TransportError(
-            f"{address}: the nng backend does not serve TLS addresses; set "
-            "MONARCH_TRANSPORT=socket (or enable_transport('socket')) for tls+tcp://"
+    """pynng's TLS configuration for a ``tls+tcp://`` address; none otherwise.
+    TLS authenticates the listener and encrypts; the handshake on the job's
+    secret still authenticates both sides."""
+    if address.scheme != "tls":
+        return {}
+    files = settings.tls_files(address)
+    ca, cert, key = files.read()
+    if server:
+        config = pynng.TLSConfig(
+            pynng.TLSConfig.MODE_SERVER, own_key_string=key, own_cert_string=cert, ca_string=ca
         )
-    return {}
+    else:
+        config = pynng.TLSConfig(
+            pynng.TLSConfig.MODE_CLIENT,
+            server_name=files.server_name or address.host,
+            ca_string=ca,
+            own_key_string=key,
+            own_cert_string=cert,
+        )
+    return {"tls_config": config}
 
 
 @dataclass
@@ -177,6 +187,8 @@ class NngListener(Listener):
             self._authenticate(state, kind, frames)
         elif kind == Kind.DATA:
             return self._queue.put(Received(state.peer, frames))
+        elif kind == Kind.BYE:
+            self._reply(state, Kind.BYE_ACK, b"")
         else:
             self._reject(state, f"unexpected message kind {kind} after the handshake")
         return False
@@ -297,7 +309,21 @@ class NngSender(Sender):
             if self._reason is None:
                 self._reason = "closed by this side"
                 self._gone.set()
-                await anyio.to_thread.run_sync(self._sock.close)
+                await anyio.to_thread.run_sync(self._say_goodbye)
+
+    def _say_goodbye(self) -> None:
+        """nng may close a socket before its last messages are written (seen
+        with TLS): say BYE and wait for the listener's answer, which comes once
+        everything sent before it has been read, then close."""
+        try:
+            self._sock.recv_timeout = self._sock.send_timeout = BYE_TIMEOUT_MS
+            self._sock.send(join(Kind.BYE, [], 1 << 16))
+            while split(self._sock.recv(), 1 << 16)[0] != Kind.BYE_ACK:
+                pass
+        except (pynng.NNGException, DecodeError, MessageTooLarge):
+            pass  # gone already, or too slow to answer: close regardless
+        finally:
+            self._sock.close()
 
 
 class NngTransport(Transport):

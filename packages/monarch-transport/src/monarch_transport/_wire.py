@@ -32,8 +32,10 @@ class Kind:
     PROOF: Final = 3
     WELCOME: Final = 4
     DENIED: Final = 5
+    BYE: Final = 6  # a sender is done; the listener answers once all before it is read
+    BYE_ACK: Final = 7
     DATA: Final = 16
-    ALL: Final = frozenset({1, 2, 3, 4, 5, 16})
+    ALL: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 16})
 
 
 def frames_size(frames: Sequence[Buffer]) -> int:

@@ -224,29 +224,31 @@ class Transport(ABC):
 
 
 class EventQueue:
-    """The events of a listener: producers on the listener's event loop or on
-    threads, one consumer on the loop. Past ``depth`` waiting events a thread
-    producer blocks, and a loop producer is told the queue is full and may ask
-    ``when_room`` to hear when it has drained: that is how a slow consumer
-    slows its senders."""
+    """The events of a listener: producers anywhere, one consumer on the loop.
+    ``put`` never waits but says when more than ``depth`` events wait; the
+    producer then stops reading and asks ``when_room`` to hear when the queue
+    has drained to half: that is how a slow consumer slows its senders."""
 
     def __init__(self, depth: int) -> None:
         self._loop = asyncio.get_running_loop()
         self._depth = depth
-        self._items: collections.deque[tuple[Event | BaseException, bool]] = collections.deque()
-        self._room = threading.Semaphore(depth)
+        self._items: collections.deque[Event | BaseException] = collections.deque()
         self._lock = threading.Lock()
         self._waiter: asyncio.Future[None] | None = None
         self._on_room: list[Callable[[], None]] = []
 
-    def put_from_thread(self, item: Event | BaseException) -> None:
-        """Append from a thread that may block (never the event loop's)."""
-        self._room.acquire()
-        self._append(item, True)
-
     def put(self, item: Event | BaseException) -> bool:
         """Append, from any thread, never waiting; whether the queue is now full."""
-        return self._append(item, False)
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+            full = len(self._items) >= self._depth
+        if waiter is not None:
+            if _on_loop(self._loop):
+                _wake(waiter)
+            else:
+                self._loop.call_soon_threadsafe(_wake, waiter)
+        return full
 
     def when_room(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` on the loop once the queue has drained to half."""
@@ -258,37 +260,23 @@ class EventQueue:
         self.when_room(lambda: _wake(drained))
         await drained
 
-    def _append(self, item: Event | BaseException, threaded: bool) -> bool:
-        with self._lock:
-            self._items.append((item, threaded))
-            waiter, self._waiter = self._waiter, None
-            full = len(self._items) >= self._depth
-        if waiter is not None:
-            if _on_loop(self._loop):
-                _wake(waiter)
-            else:
-                self._loop.call_soon_threadsafe(_wake, waiter)
-        return full
-
     async def get(self) -> Event:
         while True:
             with self._lock:
                 if self._items:
-                    item, threaded = self._items.popleft()
+                    item = self._items.popleft()
                     left = len(self._items)
                     break
                 self._waiter = self._loop.create_future()
                 waiter = self._waiter
             await waiter
-        if threaded:
-            self._room.release()
         if self._on_room and left <= self._depth // 2:
             callbacks, self._on_room = self._on_room, []
             for callback in callbacks:
                 callback()
         if isinstance(item, BaseException):
             with self._lock:
-                self._items.appendleft((item, False))  # the answer for every later get()
+                self._items.appendleft(item)  # the answer for every later get()
             raise item
         return item
 

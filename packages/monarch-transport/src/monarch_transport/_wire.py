@@ -16,7 +16,7 @@ from typing import Final
 
 from ._errors import DecodeError, MessageTooLarge
 
-__all__ = ["HEAD", "MAX_FRAMES", "Kind", "frames_size", "join", "prefix", "split"]
+__all__ = ["HEAD", "MAX_FRAMES", "Kind", "join", "prefix", "split"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -36,10 +36,6 @@ class Kind:
     BYE_ACK: Final = 7
     DATA: Final = 16
     ALL: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 16})
-
-
-def frames_size(frames: Sequence[Buffer]) -> int:
-    return sum(memoryview(f).nbytes for f in frames)
 
 
 def prefix(kind: int, frames: Sequence[Buffer], max_size: int) -> bytes:

@@ -50,6 +50,7 @@ __all__ = ["NngTransport"]
 log = logging.getLogger("monarch.transport.nng")
 OVERHEAD = 1 << 20  # room for the frame table on top of the payload limit
 DEPARTURE_GRACE = 0.1  # seconds between nng's removal notice and our report
+SWEEP_INTERVAL = 0.25  # seconds between checks that every known pipe still exists
 BYE_TIMEOUT_MS = 2000  # how long a closing sender waits for the listener's answer
 
 
@@ -95,6 +96,7 @@ class NngListener(Listener):
         self._ids = itertools.count(1)
         self._pipes: dict[int, _Pipe] = {}  # touched on the event loop only
         self._gone: set[int] = set()
+        self._leaving: set[int] = set()  # departures waiting for their grace read
         self._closed = False
         self._sock = pynng.Pair1(
             polyamorous=True,
@@ -114,6 +116,7 @@ class NngListener(Listener):
         self.address = address
         self._fd = self._sock.recv_fd
         self._loop.add_reader(self._fd, self._readable)
+        self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
 
     # -- nng's callbacks run on its threads: hand them to the loop -------------
 
@@ -146,10 +149,26 @@ class NngListener(Listener):
         reaches the socket (seen with TCP and TLS), so the report waits a
         moment and reads what the socket holds first: a departure never
         overtakes data, and no message of that pipe can arrive after it."""
-        self._loop.call_later(DEPARTURE_GRACE, self._report_departure, pipe_id)
+        if pipe_id not in self._leaving:
+            self._leaving.add(pipe_id)
+            self._loop.call_later(DEPARTURE_GRACE, self._report_departure, pipe_id)
+
+    def _sweep(self) -> None:
+        """pynng silently drops a removal notice for a pipe it has not
+        registered yet, and CI once saw a killed peer go unreported for 5 s;
+        so every known pipe is also asked now and then whether nng still has
+        it, and a vanished peer is noticed within the interval regardless."""
+        for pipe_id, state in list(self._pipes.items()):
+            try:
+                _ = state.pipe.protocol  # nng looks the pipe up by id: gone means NoEntry
+            except pynng.NNGException:
+                self._departed(pipe_id)
+        if not self._closed:
+            self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
 
     def _report_departure(self, pipe_id: int) -> None:
         self._readable()
+        self._leaving.discard(pipe_id)
         state = self._pipes.pop(pipe_id, None)
         self._gone.add(pipe_id)
         if state is not None and state.peer is not None and not self._closed:
@@ -235,6 +254,7 @@ class NngListener(Listener):
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
+            self._sweeper.cancel()
             self._loop.remove_reader(self._fd)
             await anyio.to_thread.run_sync(self._sock.close)
             self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))

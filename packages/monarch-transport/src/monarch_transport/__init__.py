@@ -19,7 +19,7 @@ authentication on the job's secret. No actor concepts live here.
 
 from ._address import Address, ChannelTransport
 from ._auth import SECRET_ENV, job_secret
-from ._codec import decode, decode_header, encode
+from ._codec import decode, decode_header, encode, encode_header
 from ._errors import (
     AddressError,
     AuthenticationError,
@@ -73,6 +73,7 @@ __all__ = [
     "default_listen_address",
     "enable_transport",
     "encode",
+    "encode_header",
     "job_secret",
     "listen",
     "new_event_loop",

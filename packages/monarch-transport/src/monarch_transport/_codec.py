@@ -44,6 +44,7 @@ __all__ = [
     "decode",
     "decode_header",
     "encode",
+    "encode_header",
     "frames_size",
 ]
 
@@ -146,6 +147,17 @@ def encode(
     if max_size is not None:
         _check_size(frames, max_size)
     return frames
+
+
+def encode_header(header: Mapping[str, Any]) -> bytes:
+    """The header frame alone, for a router that forwards a message with a new
+    header and the same payload frames (nothing is pickled again).
+
+    >>> frames = encode([1, 2], {"hop": 0})
+    >>> decode([encode_header({"hop": 1}), *frames[1:]])
+    ({'hop': 1}, [1, 2])
+    """
+    return _encode_header(header, _state.packer)
 
 
 def decode_header(frames: Sequence[bytes | bytearray | memoryview]) -> dict[str, Any]:

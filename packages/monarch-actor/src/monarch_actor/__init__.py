@@ -1,0 +1,73 @@
+"""The actor runtime of Monarch in Python.
+
+Actors live in meshes of processes; endpoints are called on whole meshes or
+slices of them; replies come back as futures.
+
+>>> from monarch_actor import Actor, endpoint, this_proc
+>>> class Greeter(Actor):
+...     @endpoint
+...     def greet(self, name: str) -> str:
+...         return f"hello, {name}"
+>>> greeter = this_proc().spawn("greeter", Greeter)
+>>> greeter.greet.call_one("world").get()
+'hello, world'
+"""
+
+from monarch_mesh import Extent, Point
+
+from ._accumulator import Accumulator
+from ._actor import Actor, EndpointProperty, concurrent_endpoint, endpoint
+from ._context import (
+    Context,
+    Instance,
+    context,
+    current_actor_name,
+    current_rank,
+    current_size,
+)
+from ._endpoint import ActorEndpoint, send
+from ._errors import ActorError, MonarchError, SupervisionError
+from ._faults import MeshFailure, unhandled_fault_hook
+from ._future import Future
+from ._mesh import ActorMesh, HostMesh, ProcMesh, this_host, this_proc
+from ._port import Channel, Port, PortReceiver, RankedPortReceiver
+from ._value_mesh import ValueMesh
+
+Endpoint = ActorEndpoint
+
+__all__ = [
+    "Accumulator",
+    "Actor",
+    "ActorEndpoint",
+    "ActorError",
+    "ActorMesh",
+    "Channel",
+    "Context",
+    "Endpoint",
+    "EndpointProperty",
+    "Extent",
+    "Future",
+    "HostMesh",
+    "Instance",
+    "MeshFailure",
+    "MonarchError",
+    "Point",
+    "Port",
+    "PortReceiver",
+    "ProcMesh",
+    "RankedPortReceiver",
+    "SupervisionError",
+    "ValueMesh",
+    "concurrent_endpoint",
+    "context",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
+    "endpoint",
+    "send",
+    "this_host",
+    "this_proc",
+    "unhandled_fault_hook",
+]
+
+__version__ = "0.1.0"

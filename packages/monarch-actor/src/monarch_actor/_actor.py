@@ -1,0 +1,152 @@
+"""``Actor`` and the decorators that make its methods reachable: ``endpoint``,
+``concurrent_endpoint``; and the checks a class passes before it is spawned."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, overload
+
+__all__ = ["Actor", "EndpointProperty", "check_actor_class", "endpoint", "concurrent_endpoint"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Propagator = Callable[..., Any] | Literal["cached", "inspect", "mocked"] | None
+
+# names an ActorMesh already has: an endpoint called so would be unreachable
+MESH_ATTRIBUTES = frozenset(
+    {"slice", "stop", "flatten", "rename", "split", "size", "sizes", "extent", "initialized"}
+)
+
+
+class Actor:
+    """Base class of user actors: subclass it and mark methods with ``@endpoint``."""
+
+    @functools.cached_property
+    def logger(self) -> logging.Logger:
+        logger = logging.getLogger(type(self).__name__)
+        logger.setLevel(logging.DEBUG)
+        return logger
+
+
+@dataclass(frozen=True)
+class EndpointProperty:
+    """What ``@endpoint`` leaves on the class. Not callable on purpose: inside
+    the actor an endpoint is reached through a mesh, shared logic belongs in
+    a plain method."""
+
+    method: Callable[..., Any]
+    propagate: Propagator = None
+    explicit_response_port: bool = False
+    concurrent: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.method.__name__
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.method)
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Check the arguments against the method's signature (``TypeError`` if
+        they do not fit), before anything is sent."""
+        leading = (None, None) if self.explicit_response_port else (None,)
+        inspect.signature(self.method).bind(*leading, *args, **kwargs)
+
+    def __get__(self, instance: object, owner: type | None = None) -> EndpointProperty:
+        return self
+
+
+@overload
+def endpoint(method: F) -> EndpointProperty: ...
+@overload
+def endpoint(
+    method: None = None,
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Callable[[F], EndpointProperty]: ...
+def endpoint(
+    method: Callable[..., Any] | None = None,
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """Mark an actor method as callable through meshes: ``@endpoint`` or
+    ``@endpoint(explicit_response_port=True)``."""
+
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty:
+        if isinstance(fn, EndpointProperty):
+            raise ValueError(f"{fn.name} is already an endpoint: use one endpoint decorator")
+        if not callable(fn):
+            raise TypeError(f"@endpoint decorates a method, not {type(fn).__name__}")
+        return EndpointProperty(fn, propagate, explicit_response_port)
+
+    return wrap if method is None else wrap(method)
+
+
+def concurrent_endpoint(
+    method: Callable[..., Any] | None = None,
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """An ``async def`` endpoint whose calls run as concurrent tasks on the
+    actor's loop: the actor moves on to its next message at the first await."""
+
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty:
+        if isinstance(fn, EndpointProperty):
+            raise ValueError(
+                f"{fn.name}: do not stack @concurrent_endpoint with @endpoint; pass the "
+                "options to @concurrent_endpoint"
+            )
+        if not inspect.iscoroutinefunction(fn):
+            raise ValueError(f"@concurrent_endpoint needs an async def method, got {fn!r}")
+        return EndpointProperty(fn, propagate, explicit_response_port, concurrent=True)
+
+    return wrap if method is None else wrap(method)
+
+
+def endpoints_of(cls: type) -> dict[str, EndpointProperty]:
+    found: dict[str, EndpointProperty] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if isinstance(value, EndpointProperty):
+                found[name] = value
+            elif name in found:
+                del found[name]  # overridden by a plain attribute
+    return found
+
+
+def check_actor_class(cls: object) -> bool:
+    """Validate a class for ``spawn``; whether it is an async actor."""
+    if not (isinstance(cls, type) and issubclass(cls, Actor)):
+        raise ValueError(f"{cls!r} is not an Actor: spawn takes a subclass of monarch.actor.Actor")
+    eps = endpoints_of(cls)
+    collide = sorted(MESH_ATTRIBUTES & eps.keys())
+    if collide:
+        raise ValueError(
+            f"ActorMesh has an attribute that collides with an endpoint name: {collide[0]!r} "
+            f"in {cls.__qualname__}; rename the endpoint"
+        )
+    kinds = {ep.is_async for ep in eps.values()}
+    if kinds == {True, False}:
+        sync = sorted(n for n, ep in eps.items() if not ep.is_async)
+        asyn = sorted(n for n, ep in eps.items() if ep.is_async)
+        raise ValueError(
+            f"{cls.__qualname__} mixes both async and sync endpoints (sync: {sync}, async: "
+            f"{asyn}); make them all `def` or all `async def`"
+        )
+    is_async = kinds != {False}  # no endpoints at all: an async actor, as in Monarch
+    if not is_async:
+        for hook in ("__cleanup__", "__supervise__", "_handle_undeliverable_message"):
+            fn = getattr(cls, hook, None)
+            if fn is not None and inspect.iscoroutinefunction(fn):
+                raise ValueError(f"{cls.__qualname__} is a sync actor: its {hook} must be a def")
+    return is_async

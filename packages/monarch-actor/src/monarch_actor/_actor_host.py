@@ -1,0 +1,360 @@
+"""One actor in this process: its own thread, its mailbox, and the handling of
+each message (spawn, endpoint call, stop) one at a time, in arrival order.
+
+A sync actor runs its endpoints on its thread; an async actor runs an event
+loop on its thread and its endpoints on that loop. Either way the process's
+control loop only drops messages into the mailbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue
+import threading
+import traceback
+from collections.abc import Awaitable
+from typing import Any
+
+from monarch_mesh import Extent, Point
+from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
+
+from ._actor import EndpointProperty, endpoints_of
+from ._context import Context, Instance, reset_current, set_current
+from ._errors import ActorError, SupervisionError
+from ._port import Port
+from ._runtime import Frames, Runtime
+
+__all__ = ["ActorHost", "message_point"]
+
+log = logging.getLogger("monarch.actor")
+_STOP = object()
+
+
+def message_point(header: dict[str, Any]) -> Point:
+    labels, _offset, sizes, _strides = header["s"]
+    return Point(header["b"][0], Extent(labels, sizes))
+
+
+def remote_traceback(error: BaseException) -> str:
+    lines = traceback.format_exception(error)
+    header = "Traceback of where the remote call failed (most recent call last):\n"
+    if lines[0].startswith("Traceback"):
+        lines[0] = header
+    else:  # raised here, not thrown through frames: no traceback of its own
+        lines.insert(0, header)
+    return "".join(lines)
+
+
+class ActorHost:
+    def __init__(self, runtime: Runtime, header: dict[str, Any], frames: Frames) -> None:
+        self.runtime = runtime
+        self.key: str = header["a"]
+        self.name: str = header["n"]
+        self.owner: str = header["o"]
+        self.rank = message_point(header)
+        self.is_async: bool = header["async"]
+        self.instance: Any = None
+        self.me: Instance | None = None
+        self.endpoints: dict[str, EndpointProperty] = {}
+        self.failure: str | None = None
+        self.stopped: str | None = None
+        self.requested: tuple[str, str] | None = None  # ("stop" | "abort", reason)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        if self.is_async:
+            self.loop = new_event_loop()
+            self.mailbox: asyncio.Queue[Any] = asyncio.Queue()
+            target, thread_name = self._run_async, "monarch-actor-event-loop"
+        else:
+            self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            target, thread_name = self._run_sync, "monarch-actor-driver"
+        self.post(header, frames)
+        threading.Thread(target=target, name=thread_name, daemon=True).start()
+
+    def post(self, header: dict[str, Any], frames: Frames) -> None:
+        """Queue one message (from the control loop)."""
+        if self.is_async:
+            self.loop.call_soon_threadsafe(self.mailbox.put_nowait, (header, frames))
+        else:
+            self.inbox.put((header, frames))
+
+    # -- the actor's thread ----------------------------------------------------------
+
+    def _run_sync(self) -> None:
+        while True:
+            header, frames = self.inbox.get()
+            if self._step(header, frames) is _STOP:
+                return
+
+    def _run_async(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._serve_async())
+        self.loop.close()
+
+    async def _serve_async(self) -> None:
+        while True:
+            header, frames = await self.mailbox.get()
+            outcome = self._step(header, frames)
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+            if outcome is _STOP:
+                return
+
+    def _step(self, header: dict[str, Any], frames: Frames) -> Any:
+        op = header["op"]
+        if op == "spawn":
+            return self._construct(header, frames)
+        if op == "stop":
+            return self._stop(header, "stopped by client")
+        if self.failure is not None or self.stopped is not None:
+            why = self.failure or self.stopped
+            self._answer(header, SupervisionError(self._down_text(header, why or "")), failed=True)
+            return None
+        return self._call(header, frames)
+
+    def _construct(self, header: dict[str, Any], frames: Frames) -> Any:
+        try:
+            spawned: Any = decode(frames)[1]
+            cls, args, kwargs, info = spawned
+        except DecodeError as error:
+            self._fail(f"the spawn message could not be decoded: {error}")
+            return None
+        self.endpoints = endpoints_of(cls)
+        self.me = Instance(
+            self.name,
+            f"{cls.__module__}.{cls.__qualname__}",
+            self.rank,
+            info["proc_mesh"] or self._spawned_on(header),
+            f"{self.name}@{self.runtime.address}",
+            "<root>",
+            self,
+        )
+        ctx = Context(self.me, self.rank)
+        token = set_current(ctx)
+        try:
+            self.instance = cls.__new__(cls)
+            self.instance.__init__(*args, **kwargs)
+        except Exception as error:
+            self._fail(f"__init__ of {self.name} raised:\n{remote_traceback(error)}")
+        finally:
+            reset_current(token)
+        return None
+
+    def _spawned_on(self, header: dict[str, Any]) -> Any:
+        """The proc mesh of a spawn whose sender could not name it yet (its
+        processes were still starting): the table its owner announced."""
+        from monarch_mesh import Shape, Slice
+
+        from ._mesh import ProcMesh
+
+        table = self.runtime.tables.get(header.get("t", ""))
+        if table is None:
+            return None
+        labels, offset, sizes, strides = header["s"]
+        return ProcMesh(table, Shape(labels, Slice(offset=offset, sizes=sizes, strides=strides)))
+
+    def _call(self, header: dict[str, Any], frames: Frames) -> Any:
+        ep = self.endpoints.get(header["m"])
+        try:
+            message: Any = decode(frames)[1]
+            args, kwargs = message
+        except DecodeError as error:
+            self._answer(header, _failure(self.name, header["m"], error), failed=True)
+            return None
+        if ep is None:
+            missing = AttributeError(
+                f"{type(self.instance).__name__} has no endpoint {header['m']!r}"
+            )
+            self._answer(header, _failure(self.name, header["m"], missing), failed=True)
+            return None
+        if ep.explicit_response_port:
+            port = header.get("p")
+            reply = Port(port[0], port[1], header["b"][0]) if port else _DroppingPort()
+            args = (reply, *args)
+        ctx = Context(self.me, message_point(header))  # type: ignore[arg-type]
+        if ep.is_async:
+            return self._call_async(header, ep, ctx, args, kwargs)
+        token = set_current(ctx)
+        try:
+            result = ep.method(self.instance, *args, **kwargs)
+        except Exception as error:
+            self._raised(header, ep, error)
+        except BaseException as error:  # a panic: the actor cannot go on
+            self._fail(
+                f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}"
+            )
+            self._answer(
+                header, SupervisionError(self._down_text(header, self.failure or "")), True
+            )
+        else:
+            if not ep.explicit_response_port:
+                self._answer(header, result)
+        finally:
+            reset_current(token)
+        return self._after_message()
+
+    async def _call_async(
+        self, header: dict[str, Any], ep: EndpointProperty, ctx: Context, args: Any, kwargs: Any
+    ) -> Any:
+        async def run() -> None:
+            token = set_current(ctx)
+            try:
+                result = await ep.method(self.instance, *args, **kwargs)
+            except Exception as error:
+                self._raised(header, ep, error)
+            except asyncio.CancelledError:
+                self._answer(header, SupervisionError(self._down_text(header, "cancelled")), True)
+            except BaseException as error:
+                self._fail(
+                    f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}"
+                )
+            else:
+                if not ep.explicit_response_port:
+                    self._answer(header, result)
+            finally:
+                reset_current(token)
+
+        if ep.concurrent:
+            task = asyncio.get_running_loop().create_task(run())
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            await asyncio.sleep(0)  # the body starts before the next message is taken
+        else:
+            await run()
+        return self._after_message()
+
+    def _after_message(self) -> Any:
+        if self.requested is None:
+            return None
+        what, reason = self.requested
+        self.requested = None
+        if what == "abort":
+            self._fail(f"actor explicitly aborted due to: {reason}")
+            return None
+        return self._stop(None, reason)
+
+    def _stop(self, header: dict[str, Any] | None, reason: str) -> Any:
+        """Run ``__cleanup__(None)``, answer the stop request, end the thread."""
+        cleanup = getattr(self.instance, "__cleanup__", None)
+
+        def finish() -> Any:
+            self.stopped = reason
+            if header is not None:
+                self._answer(header, None)
+            self.runtime.call_soon(self._forget, f"was stopped: {reason}")
+            return _STOP
+
+        if cleanup is None or self.instance is None:
+            return finish()
+        if self.is_async:
+
+            async def run_cleanup() -> Any:
+                for task in list(self.tasks):
+                    task.cancel()
+                if self.tasks:
+                    await asyncio.wait(list(self.tasks), timeout=3.0)
+                try:
+                    outcome = cleanup(None)
+                    if inspect.isawaitable(outcome):
+                        await asyncio.wait_for(_awaitable(outcome), 3.0)
+                except Exception:
+                    log.exception("__cleanup__ of %s raised", self.name)
+                return finish()
+
+            return run_cleanup()
+        try:
+            cleanup(None)
+        except Exception:
+            log.exception("__cleanup__ of %s raised", self.name)
+        return finish()
+
+    def _forget(self, why: str) -> None:  # on the loop
+        self.runtime.actors.pop(self.key, None)
+        self.runtime.gone[self.key] = why
+
+    # -- answers and failures -----------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        self.requested = ("stop", reason)
+
+    def request_abort(self, reason: str) -> None:
+        self.requested = ("abort", reason)
+
+    def _down_text(self, header: dict[str, Any], why: str) -> str:
+        return (
+            f"Endpoint call {self.name}.{header.get('m', '?')}() failed, Supervision event: "
+            f"actor {self.me!r} has status:\n  {why}"
+        )
+
+    def _raised(self, header: dict[str, Any], ep: EndpointProperty, error: Exception) -> None:
+        if ep.explicit_response_port:  # no reply path: the actor fails
+            self._fail(f"{self.name}.{ep.name} raised:\n{remote_traceback(error)}")
+            self._answer(
+                header, SupervisionError(self._down_text(header, self.failure or "")), True
+            )
+        elif header.get("p") is None:  # nobody awaits: the owner hears of it
+            self._report(f"{self.name}.{ep.name} raised:\n{remote_traceback(error)}")
+        else:
+            self._answer(header, _failure(self.name, ep.name, error), failed=True)
+
+    def _answer(self, header: dict[str, Any], value: Any, failed: bool = False) -> None:
+        port = header.get("p")
+        if port is None:
+            return
+        reply = {"k": "p", "pid": port[1], "r": header["b"][0]}
+        if failed:
+            reply["x"] = 1
+        try:
+            self.runtime.send(port[0], reply, value)
+        except EncodeError as error:
+            reply["x"] = 1
+            problem = TypeError(
+                f"the result of {self.name}.{header.get('m')} cannot be sent: {error}"
+            )
+            self.runtime.send(port[0], reply, _failure(self.name, header.get("m", "?"), problem))
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        self._report(reason)
+
+    def _report(self, reason: str) -> None:
+        fault = {
+            "actor": repr(self.me) if self.me else self.name,
+            "mesh_name": self.key,
+            "rank": self.rank.rank,
+            "reason": reason,
+        }
+        try:
+            self.runtime.send(self.owner, {"k": "f"}, fault)
+        except EncodeError:
+            log.error("could not report a failure of %s: %s", self.name, reason)
+
+
+def _failure(actor: str, method: str, error: BaseException) -> BaseException:
+    failure = ActorError(error, f"Actor call {actor}.{method} failed.", remote_traceback(error))
+    try:
+        import cloudpickle  # type: ignore[import-untyped]
+
+        cloudpickle.dumps(failure)
+    except Exception:  # the exception itself does not pickle: keep its text
+        stand_in = RuntimeError(f"{type(error).__name__}: {error}")
+        failure = ActorError(stand_in, failure.message, failure.exception_formatted)
+    return failure
+
+
+async def _awaitable(outcome: Awaitable[Any]) -> Any:
+    return await outcome
+
+
+class _DroppingPort(Port[Any]):
+    """The reply port of a message sent without one: what is sent is dropped."""
+
+    def __init__(self) -> None:
+        super().__init__("", 0)
+
+    def send(self, obj: Any) -> None:
+        return None
+
+    def exception(self, exc: BaseException) -> None:
+        return None

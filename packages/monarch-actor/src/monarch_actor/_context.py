@@ -1,0 +1,135 @@
+"""``context()``: the running actor and the message it is handling."""
+
+from __future__ import annotations
+
+import contextvars
+from typing import TYPE_CHECKING
+
+from monarch_mesh import Extent, Point
+
+if TYPE_CHECKING:
+    from ._actor_host import ActorHost
+    from ._mesh import ProcMesh
+
+__all__ = [
+    "Context",
+    "Instance",
+    "context",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
+]
+
+EMPTY_POINT = Point(0, Extent([], []))
+
+
+class Instance:
+    """The actor that is running (the root client on the controller)."""
+
+    def __init__(
+        self,
+        name: str,
+        class_name: str,
+        rank: Point,
+        proc_mesh: ProcMesh | None,
+        actor_id: str,
+        creator: str,
+        host: ActorHost | None = None,
+    ) -> None:
+        self.name = name
+        self.class_name = class_name
+        self.rank = rank
+        self._proc_mesh = proc_mesh
+        self.actor_id = actor_id
+        self.creator = creator
+        self._host = host
+
+    @property
+    def proc_mesh(self) -> ProcMesh:
+        if self._proc_mesh is None:
+            from ._mesh import this_proc
+
+            return this_proc()
+        return self._proc_mesh
+
+    @property
+    def proc(self) -> ProcMesh:
+        """The one-process mesh of the process this actor lives in."""
+        if self._proc_mesh is None:
+            return self.proc_mesh
+        return self._proc_mesh.slice(**dict(self.rank))
+
+    @property
+    def proc_id(self) -> str:
+        return self.actor_id.partition("@")[2] or self.actor_id
+
+    def stop(self, reason: str | None = None) -> None:
+        """Stop this actor after the current message, without a failure."""
+        if self._host is None:
+            raise RuntimeError("the root client cannot stop itself; let the script end")
+        self._host.request_stop(reason or "stopped by the actor itself")
+
+    def abort(self, reason: str | None = None) -> None:
+        """Stop this actor with a failure its owner hears of."""
+        if self._host is None:
+            raise RuntimeError("the root client cannot abort itself; raise an exception instead")
+        self._host.request_abort(reason or "aborted")
+
+    kill = abort
+
+    def __repr__(self) -> str:
+        if self._host is None:
+            return "<root>"
+        return f"{self.creator}.<{self.class_name} {self.name}{self.rank}>"
+
+
+class Context:
+    """What ``context()`` returns: ``actor_instance`` and ``message_rank``."""
+
+    def __init__(self, actor_instance: Instance, message_rank: Point) -> None:
+        self.actor_instance = actor_instance
+        self.message_rank = message_rank
+
+
+_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
+    "monarch_context", default=None
+)
+_root: Context | None = None
+
+
+def set_current(ctx: Context | None) -> contextvars.Token[Context | None]:
+    return _current.set(ctx)
+
+
+def reset_current(token: contextvars.Token[Context | None]) -> None:
+    _current.reset(token)
+
+
+def context() -> Context:
+    """The running actor and its current message; on the controller, the root client."""
+    ctx = _current.get()
+    if ctx is not None:
+        return ctx
+    global _root
+    if _root is None:
+        from ._runtime import get_runtime
+
+        runtime = get_runtime()
+        _root = Context(
+            Instance("root", "root", EMPTY_POINT, None, f"root@{runtime.address}", "<root>"),
+            EMPTY_POINT,
+        )
+    return _root
+
+
+def current_rank() -> Point:
+    """Where this actor is within the mesh the current message was sent to."""
+    return context().message_rank
+
+
+def current_size() -> dict[str, int]:
+    return dict(context().message_rank.extent)
+
+
+def current_actor_name() -> str:
+    return str(context().actor_instance.actor_id)

@@ -1,0 +1,428 @@
+"""Owning proc meshes: starting processes through the host agent, learning
+their addresses, stopping and reaping them; and the handlers every runtime
+installs for the messages that are not actor calls."""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+import msgpack  # type: ignore[import-untyped]
+
+from monarch_mesh import Shape
+from monarch_transport import SECRET_ENV, decode, job_secret
+
+from ._faults import report_fault
+from ._future import Future
+from ._runtime import Frames, Runtime, get_runtime, maybe_runtime
+
+__all__ = [
+    "install_controller",
+    "install_proc_handlers",
+    "local_agent",
+    "spawn_procs",
+    "stop_procs",
+]
+
+log = logging.getLogger("monarch.actor.controller")
+STOP_TIMEOUT = 10.0  # seconds procs get to stop before they are killed
+
+
+class HostAgent:
+    """The fork server of this host, started on first use, and the procs it started."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.lock = threading.Lock()
+        self.ids = itertools.count()
+        self.owners: dict[int, tuple[Any, int]] = {}  # pid -> (table, rank)
+        self.spawning: dict[int, tuple[Any, int]] = {}  # request id -> (table, rank)
+        read, write = os.pipe()
+        job_secret()  # made now, so the agent and every proc inherit it
+        env = dict(os.environ)
+        env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "monarch_actor._zygote", str(write)],
+            stdin=subprocess.PIPE,
+            pass_fds=(write,),
+            env=env,
+        )
+        os.close(write)
+        self.events = read
+        threading.Thread(target=self._read_events, name="monarch-host-agent", daemon=True).start()
+
+    def spawn(self, table: Any, rank: int, info: dict[str, Any]) -> None:
+        request = next(self.ids)
+        self.spawning[request] = (table, rank)
+        self._command({"op": "spawn", "id": request, "blob": cloudpickle.dumps(info)})
+
+    def kill(self, pid: int, sig: int = 9) -> None:
+        self._command({"op": "kill", "pid": pid, "sig": sig})
+
+    def _command(self, command: dict[str, Any]) -> None:
+        with self.lock:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write(msgpack.packb(command))
+                self.process.stdin.flush()
+            except (BrokenPipeError, ValueError) as error:
+                raise RuntimeError(
+                    f"the host agent is gone ({error}); cannot start processes"
+                ) from None
+
+    def _read_events(self) -> None:
+        unpacker = msgpack.Unpacker(raw=False)
+        while True:
+            try:
+                data = os.read(self.events, 1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            unpacker.feed(data)
+            for event in unpacker:
+                self.runtime.call_soon(self._on_event, event)
+
+    def _on_event(self, event: dict[str, Any]) -> None:  # on the loop
+        if event["ev"] == "spawned":
+            table, rank = self.spawning.pop(event["id"])
+            self.owners[event["pid"]] = (table, rank)
+            table.pids[rank] = event["pid"]
+        elif event["ev"] == "exited":
+            owner = self.owners.pop(event["pid"], None)
+            if owner is not None:
+                proc_exited(self.runtime, owner[0], owner[1], event["code"])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(5)
+
+
+_agents: dict[str, HostAgent] = {}
+
+
+def local_agent() -> HostAgent:
+    runtime = get_runtime()
+    agent = _agents.get(runtime.address)
+    if agent is None:
+        agent = _agents[runtime.address] = runtime.run_sync(HostAgent, runtime)
+    return agent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn_procs(
+    host: Any, shape: Shape, per_host: dict[str, int], bootstrap: Any, name: str
+) -> Any:
+    from ._mesh import ProcMesh, ProcTable
+
+    runtime = get_runtime()
+    agent = host._agents[0]()
+    size = len(shape)
+    table = ProcTable(f"{name}-{uuid.uuid4().hex[:12]}", name, size)
+    table.owned = True
+    tables(runtime)[table.id] = table
+    local = 1
+    for value in per_host.values():
+        local *= value
+    master_port = _free_port()
+    for rank in range(size):
+        env = {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(size),
+            "LOCAL_RANK": str(rank % local),
+            "LOCAL_WORLD_SIZE": str(local),
+            "GROUP_RANK": str(rank // local),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(master_port),
+            "HYPERACTOR_PROCESS_NAME": f"{name}-{rank}",
+        }
+        info = {
+            "env": env,
+            "owner": runtime.address,
+            "mesh": table.id,
+            "rank": rank,
+            "bootstrap": bootstrap,
+            "argv0": sys.argv[0] if sys.argv else "",
+        }
+        agent.spawn(table, rank, info)
+    return ProcMesh(table, shape, host)
+
+
+def tables(runtime: Runtime) -> dict[str, Any]:
+    return runtime.tables
+
+
+def proc_ready(runtime: Runtime, header: dict[str, Any], frames: Frames) -> None:
+    table = tables(runtime).get(header["mesh"])
+    if table is None:
+        return
+    table.addresses[header["rank"]] = header["addr"]
+    if all(table.addresses):
+        announce = {"k": "t", "mesh": table.id, "name": table.name}
+        for address in table.addresses:
+            runtime.send(address, announce, list(table.addresses))
+        table.mark_ready()
+
+
+def proc_exited(runtime: Runtime, table: Any, rank: int, code: int) -> None:
+    address = table.addresses[rank]
+    reason = f"process {table.name}-{rank} exited with code {code}"
+    table.pids.pop(rank, None)
+    if not table.pids:
+        for waiter in table.__dict__.pop("reaped", []):
+            waiter.set_result(None)
+    if table.stopped:
+        return
+    if not table.ready:
+        table.failure = reason
+        table.mark_ready()
+    if address:
+        runtime.peer_lost(address, reason)
+        outbox = runtime.outboxes.get(address)
+        if outbox is not None:
+            outbox.fail(reason)
+    log.error("%s", reason)
+    report_fault(
+        {
+            "mesh_name": table.id,
+            "rank": rank,
+            "actor": f"<proc {table.name}-{rank}>",
+            "reason": reason,
+        }
+    )
+
+
+def when_started(table: Any) -> Future[bool]:
+    started: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+    def check() -> None:
+        if table.failure is not None:
+            started.set_exception(
+                RuntimeError(f"proc mesh {table.name} failed to start: {table.failure}")
+            )
+        else:
+            started.set_result(True)
+
+    get_runtime().call_soon(table.when_ready, check)
+    return Future._of(started)
+
+
+def stop_procs(mesh: Any, reason: str) -> Future[None]:
+    """Ask each process of ``mesh`` to stop its actors and exit; the future
+    resolves once all have exited (killed after STOP_TIMEOUT)."""
+    from ._endpoint import _Gather
+
+    runtime = get_runtime()
+    table = mesh._table
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    ranks = list(mesh._shape.ndslice)
+
+    def go() -> None:
+        if table.owned and len(ranks) == table.size:
+            table.stopped = True
+        gather = _Gather(runtime, len(ranks), "all", mesh._shape)
+        addresses = [table.addresses[r] or "" for r in ranks]
+        port = gather.open(addresses)
+        for position, address in enumerate(addresses):
+            runtime.send(address, {"k": "q", "p": port, "r": position, "why": reason}, None)
+        gather.result.add_done_callback(lambda _: runtime.call_soon(reaped))
+        runtime.loop.call_later(STOP_TIMEOUT, kill_left)
+
+    def reaped() -> None:
+        if not table.owned:
+            _settle(done)
+            return
+        left = [table.pids[r] for r in ranks if r in table.pids]
+        if not left:
+            _settle(done)
+        else:
+            table.__dict__.setdefault("reaped", []).append(_Settler(done))
+
+    def kill_left() -> None:
+        agent = _agents.get(runtime.address)
+        if agent is not None and not done.done():
+            for rank in ranks:
+                pid = table.pids.get(rank)
+                if pid is not None:
+                    agent.kill(pid)
+
+    runtime.call_soon(table.when_ready, go)
+    return Future._of(done)
+
+
+class _Settler:
+    def __init__(self, done: concurrent.futures.Future[None]) -> None:
+        self.done = done
+
+    def set_result(self, _: None) -> None:
+        _settle(self.done)
+
+
+def _settle(done: concurrent.futures.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+def shutdown_host(host: Any) -> Future[None]:
+    runtime = get_runtime()
+    owned = [t for t in tables(runtime).values() if t.owned and not t.stopped]
+    from monarch_mesh import Slice
+
+    from ._mesh import ProcMesh
+
+    futures = [
+        stop_procs(ProcMesh(t, Shape(["rank"], Slice.new_row_major([t.size]))), "host shut down")
+        for t in owned
+    ]
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def wait() -> None:
+        for future in futures:
+            with contextlib.suppress(Exception):
+                future.get(STOP_TIMEOUT + 5)
+        done.set_result(None)
+
+    threading.Thread(target=wait, daemon=True).start()
+    return Future._of(done)
+
+
+async def set_logging(mesh: Any, stream: bool, window: int | None, level: int) -> None:
+    from ._logs import configure_streaming
+
+    await configure_streaming(mesh, stream, window, level)
+
+
+# -- handlers ---------------------------------------------------------------------------
+
+
+def _on_fault(runtime: Runtime, controller: str | None) -> Any:
+    def handle(header: dict[str, Any], frames: Frames) -> None:
+        fault = decode(frames)[1]
+        if controller is None:
+            report_fault(fault)  # type: ignore[arg-type]
+        else:
+            runtime.send(controller, {"k": "f"}, fault)  # up the tree, to the controller
+
+    return handle
+
+
+def install_controller(runtime: Runtime) -> None:
+    runtime.handlers["r"] = lambda h, f: proc_ready(runtime, h, f)
+    runtime.handlers["f"] = _on_fault(runtime, None)
+    runtime.handlers["l"] = _log_handler()
+    atexit.register(_shutdown_at_exit)
+
+
+def _log_handler() -> Any:
+    def handle(header: dict[str, Any], frames: Frames) -> None:
+        from ._logs import show_lines
+
+        show_lines(header, decode(frames)[1])
+
+    return handle
+
+
+def install_proc_handlers(runtime: Runtime, owner: str) -> None:
+    from ._mesh import table_for
+
+    runtime.handlers["r"] = lambda h, f: proc_ready(runtime, h, f)
+    runtime.handlers["f"] = _on_fault(runtime, owner)
+    runtime.handlers["l"] = lambda h, f: runtime.post(owner, f)
+
+    def announce(header: dict[str, Any], frames: Frames) -> None:
+        addresses: Any = decode(frames)[1]
+        table_for(header["mesh"], header["name"], addresses)
+
+    def stop(header: dict[str, Any], frames: Frames) -> None:
+        runtime.loop.create_task(_stop_proc(runtime, header))
+
+    runtime.handlers["t"] = announce
+    runtime.handlers["q"] = stop
+    runtime.handlers["g"] = lambda h, f: _set_log_forwarding(h, f)
+    runtime.lost_hooks.append(lambda address, reason: _owner_lost(runtime, owner, address))
+
+
+def _set_log_forwarding(header: dict[str, Any], frames: Frames) -> None:
+    from ._logs import set_forwarding
+
+    set_forwarding(decode(frames)[1])  # type: ignore[arg-type]
+
+
+def _owner_lost(runtime: Runtime, owner: str, address: str) -> None:
+    if address == owner and not runtime.closing:
+        log.warning("the owner of this process (%s) is gone; exiting", owner)
+        runtime.stopped.set()
+
+
+async def _stop_proc(runtime: Runtime, header: dict[str, Any]) -> None:
+    """Stop every actor here (their ``__cleanup__`` runs), answer, then exit."""
+    import asyncio
+
+    from monarch_mesh import Slice
+
+    from ._endpoint import _Gather
+
+    hosts = list(runtime.actors.values())
+    if hosts:
+        gather = _Gather(
+            runtime, len(hosts), "all", Shape(["actor"], Slice.new_row_major([len(hosts)]))
+        )
+        reply_to = gather.open([runtime.address] * len(hosts))
+        for position, host in enumerate(hosts):
+            host.post(
+                {
+                    "k": "c",
+                    "op": "stop",
+                    "a": host.key,
+                    "n": host.name,
+                    "p": reply_to,
+                    "b": [position, position + 1],
+                },
+                [],
+            )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.wrap_future(gather.result), STOP_TIMEOUT - 2)
+    port = header.get("p")
+    if port is not None:
+        runtime.send(port[0], {"k": "p", "pid": port[1], "r": header.get("r", 0)}, None)
+    await runtime.flush(2.0)
+    runtime.stopped.set()
+
+
+def _shutdown_at_exit() -> None:
+    runtime = maybe_runtime()
+    if runtime is None or runtime.role != "controller":
+        return
+    from monarch_mesh import Slice
+
+    from ._mesh import ProcMesh
+
+    futures = []
+    for table in list(tables(runtime).values()):
+        if table.owned and not table.stopped and table.ready:
+            whole = ProcMesh(table, Shape(["rank"], Slice.new_row_major([table.size])))
+            futures.append(stop_procs(whole, "the controller exited"))
+    for future in futures:
+        with contextlib.suppress(Exception):
+            future.get(STOP_TIMEOUT + 2)
+    for agent in list(_agents.values()):
+        agent.close()

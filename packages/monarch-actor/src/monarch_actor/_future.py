@@ -1,0 +1,112 @@
+"""Monarch's ``Future``: one result, from plain code (``get``) or asyncio (``await``)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import warnings
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Future"]
+
+R = TypeVar("R")
+_INTERNAL = object()
+
+
+class Future(Generic[R]):
+    """The result of an asynchronous operation.
+
+    ``get()`` blocks the calling thread; ``await fut`` suspends an asyncio task.
+    The result is kept: ``get()`` again returns the same value, and a failure
+    raises the same exception every time.
+    """
+
+    __slots__ = ("_cf",)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        if len(args) != 2 or args[0] is not _INTERNAL:
+            raise TypeError(
+                "Future objects are returned by Monarch operations and cannot be "
+                "constructed directly."
+            )
+        self._cf: concurrent.futures.Future[R] = args[1]  # type: ignore[assignment]
+
+    @classmethod
+    def _of(cls, cf: concurrent.futures.Future[Any]) -> Future[Any]:
+        return cls(_INTERNAL, cf)
+
+    @classmethod
+    def _done(cls, value: Any) -> Future[Any]:
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        cf.set_result(value)
+        return cls(_INTERNAL, cf)
+
+    def get(self, timeout: float | None = None) -> R:
+        """Wait for the result (at most ``timeout`` seconds: then ``TimeoutError``,
+        and the operation goes on)."""
+        if timeout is not None and (
+            not isinstance(timeout, int | float) or timeout < 0 or not math.isfinite(timeout)
+        ):
+            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        if not self._cf.done() and _loop_running_here():
+            warnings.warn(
+                "Future.get() was called from within an active event loop: it blocks the "
+                "loop until the result arrives; use `await future` in async code instead",
+                UserWarning,
+                stacklevel=2,
+            )
+        try:
+            return self._cf.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"the result did not arrive within {timeout} s") from None
+
+    result = get
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait, then return the failure instead of raising it (``None`` on success)."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            if not self._cf.done():
+                raise
+            return self._cf.exception()
+        except BaseException as error:
+            return error
+        return None
+
+    def done(self) -> bool:
+        return self._cf.done()
+
+    def add_done_callback(self, callback: Callable[[Future[R]], object]) -> None:
+        self._cf.add_done_callback(lambda _: callback(self))
+
+    def as_asyncio(self) -> asyncio.Future[R]:
+        """A future of the running loop that completes with this one."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError("as_asyncio() requires a running asyncio event loop.") from None
+        return asyncio.wrap_future(self._cf, loop=loop)
+
+    def __await__(self) -> Generator[Any, None, R]:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise ValueError(
+                "__await__ with no active event loop: use future.get() in synchronous code"
+            ) from None
+        return asyncio.wrap_future(self._cf, loop=loop).__await__()
+
+    def __repr__(self) -> str:
+        state = "done" if self._cf.done() else "pending"
+        return f"<monarch Future {state}>"
+
+
+def _loop_running_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

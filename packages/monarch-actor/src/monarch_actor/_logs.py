@@ -1,0 +1,141 @@
+"""Output of procs. Each proc's stdout and stderr go through a pipe read by a
+thread of the proc: by default the lines go on to the terminal it inherited
+(as in Monarch, where children share the controller's terminal); once the
+owner asks for streaming (``ProcMesh.logging_option(stream_to_client=True)``)
+they travel to the owner instead, tagged with the proc's rank, and identical
+lines from several ranks are shown once per aggregation window."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from ._runtime import Runtime, get_runtime
+
+__all__ = ["capture_output", "configure_streaming", "set_forwarding", "show_lines"]
+
+_forward = threading.Event()
+
+
+def set_forwarding(on: bool) -> None:
+    if on:
+        _forward.set()
+    else:
+        _forward.clear()
+
+
+def capture_output(runtime: Runtime, owner: str, rank: int, name: str) -> None:
+    """Route this process's fd 1 and 2 through pipes read by pump threads."""
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+        stream.flush()
+        read, write = os.pipe()
+        original = os.dup(fd)
+        os.dup2(write, fd)
+        os.close(write)
+        threading.Thread(
+            target=_pump,
+            args=(runtime, owner, rank, name, fd, read, original),
+            daemon=True,
+            name=f"monarch-output-{fd}",
+        ).start()
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+
+
+def _pump(
+    runtime: Runtime, owner: str, rank: int, name: str, fd: int, read: int, original: int
+) -> None:
+    partial = b""
+    while True:
+        try:
+            data = os.read(read, 1 << 16)
+        except OSError:
+            return
+        if not data:
+            return
+        if not _forward.is_set():
+            os.write(original, data)
+            continue
+        data = partial + data
+        *lines, partial = data.split(b"\n")
+        if lines:
+            text = [line.decode(errors="replace") for line in lines]
+            runtime.send(owner, {"k": "l", "rank": rank, "proc": name, "fd": fd}, text)
+
+
+# -- the owner's side ---------------------------------------------------------------------
+
+
+class _Aggregator:
+    def __init__(self) -> None:
+        self.window: float | None = None
+        self.lines: OrderedDict[tuple[int, str], set[int]] = OrderedDict()
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
+
+    def add(self, fd: int, rank: int, proc: str, lines: list[str]) -> None:
+        out = sys.stdout if fd == 1 else sys.stderr
+        if self.window is None:
+            host = os.uname().nodename
+            out.write("".join(f"[{host} {proc}] [{rank}] {line}\n" for line in lines))
+            out.flush()
+            return
+        with self.lock:
+            for line in lines:
+                self.lines.setdefault((fd, line), set()).add(rank)
+            if self.timer is None:
+                self.timer = threading.Timer(self.window, self.flush)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def flush(self) -> None:
+        with self.lock:
+            lines, self.lines, self.timer = self.lines, OrderedDict(), None
+        for (fd, line), ranks in lines.items():
+            out = sys.stdout if fd == 1 else sys.stderr
+            if len(ranks) > 1:
+                out.write(f"[{len(ranks)} similar log lines] {line}\n")
+            else:
+                out.write(f"[{next(iter(ranks))}] {line}\n")
+            out.flush()
+
+
+_aggregator = _Aggregator()
+
+
+def show_lines(header: dict[str, Any], lines: Any) -> None:
+    _aggregator.add(header["fd"], header["rank"], header.get("proc", "?"), list(lines))
+
+
+async def configure_streaming(mesh: Any, stream: bool, window: int | None, level: int) -> None:
+    import asyncio
+
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int | float) or window < 0
+    ):
+        raise ValueError(f"aggregate_window_sec must be a number of seconds >= 0, got {window!r}")
+    _aggregator.flush()
+    _aggregator.window = float(window) if window else None
+    runtime = get_runtime()
+    table = mesh._table
+    done = asyncio.get_running_loop().create_future()
+    ranks = list(mesh._shape.ndslice)
+    caller = asyncio.get_running_loop()
+
+    def go() -> None:
+        for rank in ranks:
+            address = table.addresses[rank]
+            if address:
+                runtime.send(address, {"k": "g"}, stream)
+        caller.call_soon_threadsafe(_finish, done)
+
+    runtime.call_soon(table.when_ready, go)
+    await done
+
+
+def _finish(done: Any) -> None:
+    if not done.done():
+        done.set_result(None)

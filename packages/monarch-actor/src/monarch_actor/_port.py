@@ -1,0 +1,125 @@
+"""Ports: where answers go. ``Channel.open()`` makes a ``Port`` (picklable,
+send it anywhere) and the ``PortReceiver`` that reads what arrives on it."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+from typing import Any, Generic, TypeVar
+
+from ._future import Future
+from ._runtime import Frames, get_runtime
+
+__all__ = ["Channel", "Port", "PortReceiver", "RankedPortReceiver"]
+
+R = TypeVar("R")
+
+
+class Port(Generic[R]):
+    """The sending end of a channel. ``send`` is fire-and-forget and ordered;
+    callable from any thread."""
+
+    __slots__ = ("_address", "_pid", "_rank", "return_undeliverable")
+
+    def __init__(self, address: str, pid: int, rank: int = 0) -> None:
+        self._address = address
+        self._pid = pid
+        self._rank = rank
+        self.return_undeliverable = True
+
+    def send(self, obj: R) -> None:
+        get_runtime().send(self._address, {"k": "p", "pid": self._pid, "r": self._rank}, obj)
+
+    def exception(self, exc: BaseException) -> None:
+        """The receiver raises ``exc``."""
+        get_runtime().send(
+            self._address, {"k": "p", "pid": self._pid, "r": self._rank, "x": 1}, exc
+        )
+
+    def _with_rank(self, rank: int) -> Port[R]:
+        return Port(self._address, self._pid, rank)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Port, (self._address, self._pid, self._rank))
+
+    def __repr__(self) -> str:
+        return f"Port({self._address}#{self._pid})"
+
+
+class PortReceiver(Generic[R]):
+    """The receiving end: ``recv()`` is a ``Future`` of the next message."""
+
+    def __init__(self, once: bool = False, ranked: bool = False) -> None:
+        self._runtime = get_runtime()
+        self._items: collections.deque[tuple[bool, Any]] = collections.deque()
+        self._waiters: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
+        self._once = once
+        self._ranked = ranked
+        self._pid = self._runtime.run_sync(self._runtime.open_port, self._deliver)
+        self.port: Port[R] = Port(self._runtime.address, self._pid)
+
+    def _deliver(self, header: dict[str, Any], frames: Frames) -> None:  # on the loop
+        from monarch_transport import DecodeError, decode
+
+        try:
+            value = decode(frames)[1]
+            failed = bool(header.get("x"))
+        except DecodeError as error:
+            value, failed = error, True
+        if self._ranked and not failed:
+            value = (header.get("r", 0), value)
+        if self._waiters:
+            waiter = self._waiters.popleft()
+            if failed:
+                waiter.set_exception(_as_error(value))
+            else:
+                waiter.set_result(value)
+        else:
+            self._items.append((failed, value))
+        if self._once:
+            self._runtime.close_port(self._pid)
+
+    def _take(self, waiter: concurrent.futures.Future[Any]) -> None:  # on the loop
+        if self._items:
+            failed, value = self._items.popleft()
+            if failed:
+                waiter.set_exception(_as_error(value))
+            else:
+                waiter.set_result(value)
+        else:
+            self._waiters.append(waiter)
+
+    def recv(self) -> Future[R]:
+        waiter: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._runtime.call_soon(self._take, waiter)
+        return Future._of(waiter)
+
+    def close(self) -> None:
+        self._runtime.call_soon(self._runtime.close_port, self._pid)
+
+
+def _as_error(value: object) -> BaseException:
+    if isinstance(value, BaseException):
+        return value
+    return RuntimeError(f"the port received a failure that is not an exception: {value!r}")
+
+
+class RankedPortReceiver(PortReceiver[R]):
+    """A receiver whose messages arrive as ``(sender's rank, value)``."""
+
+    def __init__(self, once: bool = False) -> None:
+        super().__init__(once, ranked=True)
+
+
+class Channel(Generic[R]):
+    """``Channel.open()`` → ``(port, receiver)``."""
+
+    @staticmethod
+    def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
+        receiver: PortReceiver[R] = PortReceiver(once)
+        return receiver.port, receiver
+
+    @staticmethod
+    def open_ranked(once: bool = False) -> tuple[Port[R], RankedPortReceiver[R]]:
+        receiver: RankedPortReceiver[R] = RankedPortReceiver(once)
+        return receiver.port, receiver

@@ -1,0 +1,403 @@
+"""The runtime of one process: its control loop, its listener, its outboxes to
+other processes, the actors it hosts and the ports it receives on.
+
+The control loop only routes: it reads a message's msgpack header, forwards
+casts down their multicast tree, hands actor messages to the actor's own
+thread and replies to ports. Payloads are pickled and unpickled on the
+threads of the callers and the actors, so a slow endpoint or a big argument
+never stalls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from monarch_mesh import Branch, Shape
+from monarch_transport import (
+    Listener,
+    PeerLeft,
+    Received,
+    Sender,
+    TransportError,
+    connect,
+    decode_header,
+    encode,
+    encode_header,
+    listen,
+    new_event_loop,
+)
+
+from ._config import cast_fanout
+
+if TYPE_CHECKING:
+    from ._actor_host import ActorHost
+
+__all__ = ["Runtime", "get_runtime", "maybe_runtime"]
+
+log = logging.getLogger("monarch.actor.runtime")
+
+Frames = Sequence[bytes | bytearray | memoryview]
+PortHandler = Callable[[dict[str, Any], Frames], None]
+UNKNOWN_ACTOR_GRACE = 10.0  # seconds a message waits for its actor's spawn message
+
+
+class PortEntry:
+    """A receiving port: ``deliver`` gets each message, ``lost`` hears of a
+    process that will not answer."""
+
+    def __init__(self, deliver: PortHandler, lost: Callable[[str, str], None] | None) -> None:
+        self.deliver = deliver
+        self.lost = lost
+        self.watching: set[str] = set()
+
+
+class Outbox:
+    """The ordered way out to one address: messages queue here while the
+    connection is made and whenever the transport pushes back."""
+
+    def __init__(self, runtime: Runtime, address: str) -> None:
+        self.runtime = runtime
+        self.address = address
+        self.queue: collections.deque[Frames] = collections.deque()
+        self.sender: Sender | None = None
+        self.draining = False
+        self.failure: str | None = None
+
+    def put(self, frames: Frames) -> None:
+        if self.failure is not None:
+            self.runtime.undeliverable(frames, self.address, self.failure)
+            return
+        self.queue.append(frames)
+        if not self.draining:
+            self.draining = True
+            self.runtime.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            if self.sender is None:
+                self.sender = await connect(self.address)
+                self.runtime.loop.create_task(self._watch(self.sender))
+            while self.queue:
+                await self.sender.send(self.queue[0])
+                self.queue.popleft()
+        except (TransportError, OSError) as error:
+            self.fail(f"cannot reach {self.address}: {error}")
+        finally:
+            self.draining = False
+
+    async def _watch(self, sender: Sender) -> None:
+        reason = await sender.wait_closed()
+        if not self.runtime.closing:
+            self.fail(f"the connection to {self.address} was lost ({reason})")
+
+    def fail(self, reason: str) -> None:
+        if self.failure is None:
+            self.failure = reason
+            queued, self.queue = list(self.queue), collections.deque()
+            for frames in queued:
+                self.runtime.undeliverable(frames, self.address, reason)
+            self.runtime.peer_lost(self.address, reason)
+
+
+class Runtime:
+    """Everything of this process that talks to other processes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, listener: Listener, role: str) -> None:
+        self.loop = loop
+        self.listener = listener
+        self.address = str(listener.address)
+        self.role = role  # "controller" or "proc"
+        self.thread_id = threading.get_ident()
+        self.closing = False
+        self.outboxes: dict[str, Outbox] = {}
+        self.ports: dict[int, PortEntry] = {}
+        self.port_ids = itertools.count(1)
+        self.actors: dict[str, ActorHost] = {}
+        self.gone: dict[str, str] = {}  # actors that stopped here, and why
+        # messages for actors whose spawn has not arrived yet, by actor key
+        self.waiting: dict[str, list[tuple[dict[str, Any], Frames]]] = {}
+        self.handlers: dict[str, Callable[[dict[str, Any], Frames], None]] = {}
+        self.fanout = cast_fanout()
+        self.stopped = asyncio.Event()
+        self.lost_hooks: list[Callable[[str, str], None]] = []
+        self.tables: dict[str, Any] = {}  # proc meshes this process knows, by id
+
+    # -- threads -------------------------------------------------------------------
+
+    def on_loop(self) -> bool:
+        return threading.get_ident() == self.thread_id
+
+    def call_soon(self, fn: Callable[..., object], *args: Any) -> None:
+        """Run ``fn(*args)`` on the control loop; calls from one thread keep their order."""
+        if self.on_loop():
+            fn(*args)
+        else:
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def run_sync(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+        """Run ``fn(*args)`` on the control loop and wait for its result."""
+        if self.on_loop():
+            return fn(*args)
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(fn(*args))
+            except BaseException as error:
+                done.set_exception(error)
+
+        self.loop.call_soon_threadsafe(run)
+        return done.result(timeout)
+
+    # -- sending ---------------------------------------------------------------------
+
+    def post(self, address: str, frames: Frames) -> None:
+        """Send one message (on the loop). To this process, it is dispatched at once."""
+        if address == self.address:
+            # the sender keeps its buffers: a local receiver gets copies, as a remote one would
+            local = (
+                [frames[0], frames[1], *(bytes(f) for f in frames[2:])]
+                if len(frames) > 2
+                else frames
+            )
+            self.loop.call_soon(self.dispatch, local)
+            return
+        outbox = self.outboxes.get(address)
+        if outbox is None:
+            outbox = self.outboxes[address] = Outbox(self, address)
+        outbox.put(frames)
+
+    def send(self, address: str, header: dict[str, Any], payload: object) -> None:
+        """Encode on the calling thread, send from the loop."""
+        frames = encode(payload, header)
+        self.call_soon(self.post, address, frames)
+
+    def cast(
+        self, shape: Shape, addresses: list[str], header: dict[str, Any], frames: Frames
+    ) -> None:
+        """Send one message to every rank of ``shape`` down a multicast tree
+        (on the loop). ``addresses[i]`` is where position ``i`` lives; the
+        header says what to deliver. The sender is the tree's root: it sends
+        to at most ``fanout`` subtrees, and each subtree's first rank
+        delivers locally and forwards to its own children."""
+        s = shape.ndslice
+        header["s"] = [shape.labels, s.offset, s.sizes, s.strides]
+        for branch in Branch(-1, len(addresses)).children(self.fanout):
+            self._send_branch(
+                header, frames, branch, addresses[branch.first : branch.stop], branch.first
+            )
+
+    def _send_branch(
+        self,
+        header: dict[str, Any],
+        frames: Frames,
+        branch: Branch,
+        addresses: Sequence[str],
+        base: int,
+    ) -> None:
+        sub = dict(header)
+        sub["b"] = [branch.first, branch.stop]
+        sub["d"] = list(addresses)
+        self.post(addresses[0], [encode_header(sub), *frames[1:]])
+
+    def _forward(self, header: dict[str, Any], frames: Frames) -> None:
+        first, stop = header["b"]
+        addresses = header["d"]
+        for child in Branch(first, stop).children(self.fanout):
+            lo, hi = child.first - first, child.stop - first
+            self._send_branch(header, frames, child, addresses[lo:hi], child.first)
+
+    # -- ports -------------------------------------------------------------------------
+
+    def open_port(
+        self, deliver: PortHandler, lost: Callable[[str, str], None] | None = None
+    ) -> int:
+        pid = next(self.port_ids)
+        self.ports[pid] = PortEntry(deliver, lost)
+        return pid
+
+    def close_port(self, pid: int) -> None:
+        self.ports.pop(pid, None)
+
+    def watch(self, pid: int, addresses: list[str]) -> None:
+        """Tell port ``pid`` if any of ``addresses`` goes away before it is closed."""
+        entry = self.ports.get(pid)
+        if entry is not None and entry.lost is not None:
+            entry.watching.update(addresses)
+            for address in addresses:
+                outbox = self.outboxes.get(address)
+                if outbox is not None and outbox.failure is not None:
+                    entry.lost(address, outbox.failure)
+
+    def peer_lost(self, address: str, reason: str) -> None:
+        for hook in self.lost_hooks:
+            hook(address, reason)
+        for entry in list(self.ports.values()):
+            if address in entry.watching and entry.lost is not None:
+                entry.lost(address, reason)
+
+    def undeliverable(self, frames: Frames, address: str, reason: str) -> None:
+        """A message that cannot reach ``address``: whoever waits for its answer hears why."""
+        try:
+            header = decode_header(frames)
+        except TransportError:
+            return
+        port = header.get("p")
+        if port is not None and header.get("k") == "c":
+            from ._errors import SupervisionError
+
+            error = SupervisionError(
+                f"Endpoint call {header.get('n', '?')}.{header.get('m', '?')}() failed: {reason}"
+            )
+            first, stop = header.get("b", [0, 1])
+            for position in range(first, stop):
+                self.send(port[0], {"k": "p", "pid": port[1], "r": position, "x": 1}, error)
+        else:
+            log.warning("dropped a message for %s: %s", address, reason)
+
+    # -- receiving ----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        while True:
+            event = await self.listener.receive()
+            if isinstance(event, Received):
+                try:
+                    self.dispatch(event.frames)
+                except Exception:
+                    log.exception("could not handle a message from %s", event.peer)
+            elif isinstance(event, PeerLeft):
+                pass  # senders notice a lost peer on their own connection
+
+    def dispatch(self, frames: Frames) -> None:
+        header = decode_header(frames)
+        kind = header["k"]
+        if kind == "p":
+            entry = self.ports.get(header["pid"])
+            if entry is None:
+                log.debug("a message for closed port %s was dropped", header["pid"])
+            else:
+                entry.deliver(header, frames)
+        elif kind == "c":
+            if header["b"][1] - header["b"][0] > 1:
+                self._forward(header, frames)
+            self.deliver_to_actor(header, frames)
+        else:
+            self.handlers[kind](header, frames)
+
+    def deliver_to_actor(self, header: dict[str, Any], frames: Frames) -> None:
+        key = header["a"]
+        host = self.actors.get(key)
+        if host is not None:
+            host.post(header, frames)
+        elif header["op"] == "spawn":
+            from ._actor_host import ActorHost
+
+            self.actors[key] = host = ActorHost(self, header, frames)
+            for early_header, early_frames in self.waiting.pop(key, []):
+                host.post(early_header, early_frames)
+        elif key in self.gone:
+            self.undeliverable_here(
+                header, frames, f"actor {header.get('n', key)} {self.gone[key]}"
+            )
+        else:
+            # sent by a process that heard of the actor before its spawn reached us
+            early = self.waiting.setdefault(key, [])
+            if not early:
+                self.loop.call_later(UNKNOWN_ACTOR_GRACE, self._give_up_on, key)
+            early.append((header, frames))
+
+    def _give_up_on(self, key: str) -> None:
+        for header, frames in self.waiting.pop(key, []):
+            self.undeliverable_here(
+                header, frames, f"no actor {header.get('n', key)} in this process"
+            )
+
+    def undeliverable_here(self, header: dict[str, Any], frames: Frames, reason: str) -> None:
+        one = dict(header)
+        first = header["b"][0]
+        one["b"] = [first, first + 1]
+        self.undeliverable([encode_header(one), *frames[1:]], self.address, reason)
+
+    # -- shutting down --------------------------------------------------------------------
+
+    async def flush(self, timeout: float) -> None:
+        """Wait until every outbox has handed its messages to the transport."""
+        deadline = self.loop.time() + timeout
+        while any(o.queue or o.draining for o in self.outboxes.values() if o.failure is None):
+            if self.loop.time() > deadline:
+                return
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        self.closing = True
+        await self.flush(2.0)
+        for outbox in self.outboxes.values():
+            if outbox.sender is not None:
+                with contextlib.suppress(TransportError, OSError, TimeoutError):
+                    await asyncio.wait_for(outbox.sender.aclose(), 2.0)
+        await self.listener.aclose()
+
+
+# -- the process's runtime ------------------------------------------------------------------
+
+_runtime: Runtime | None = None
+_lock = threading.Lock()
+
+
+def maybe_runtime() -> Runtime | None:
+    return _runtime
+
+
+def install(runtime: Runtime) -> None:
+    global _runtime
+    _runtime = runtime
+
+
+def get_runtime() -> Runtime:
+    """This process's runtime; in a plain script, started on first use on a
+    background thread (the controller)."""
+    runtime = _runtime
+    if runtime is not None:
+        return runtime
+    with _lock:
+        if _runtime is None:
+            _start_controller()
+        assert _runtime is not None
+        return _runtime
+
+
+def _start_controller() -> None:
+    started: concurrent.futures.Future[Runtime] = concurrent.futures.Future()
+
+    def main() -> None:
+        loop = new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            listener = loop.run_until_complete(listen())
+            runtime = Runtime(loop, listener, "controller")
+            from ._controller import install_controller
+
+            install_controller(runtime)
+        except BaseException as error:
+            started.set_exception(error)
+            return
+        started.set_result(runtime)
+        loop.run_until_complete(_serve_until_stopped(runtime))
+
+    thread = threading.Thread(target=main, name="monarch-control", daemon=True)
+    thread.start()
+    install(started.result(timeout=60))
+
+
+async def _serve_until_stopped(runtime: Runtime) -> None:
+    server = asyncio.ensure_future(runtime.serve())
+    await runtime.stopped.wait()
+    server.cancel()

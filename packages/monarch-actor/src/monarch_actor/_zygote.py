@@ -1,0 +1,155 @@
+"""The host agent's process starter: a fork server.
+
+It imports the runtime (and heavy modules such as torch, when installed) once,
+then forks a new proc for each request, so a proc starts in milliseconds
+instead of paying for a fresh interpreter and its imports. It stays single
+threaded (no event loop, no sockets) so that forking is safe.
+
+Commands arrive as msgpack maps on stdin; events go out on the descriptor
+named in argv. When the controller goes away (stdin closes, or the kernel
+signals that the parent died), every proc it started is killed: no orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import importlib.util
+import os
+import select
+import signal
+import sys
+import time
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+PR_SET_PDEATHSIG = 1
+KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for procs left at exit
+
+
+def die_with_parent(sig: int) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def preload() -> None:
+    names = os.environ.get("MONARCH_PRELOAD")
+    wanted = names.split(",") if names is not None else ["torch"]
+    for name in ["monarch_actor._proc_main", *filter(None, (n.strip() for n in wanted))]:
+        if importlib.util.find_spec(name) is not None:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+
+class Zygote:
+    def __init__(self, events_fd: int) -> None:
+        self.events_fd = events_fd
+        self.children: set[int] = set()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: self.exit())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+
+    def emit(self, event: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.events_fd, msgpack.packb(event))
+
+    def serve(self) -> None:
+        unpacker = msgpack.Unpacker(raw=False)
+        self.emit({"ev": "up", "pid": os.getpid()})
+        while True:
+            try:
+                readable, _, _ = select.select([0, self.wake_r], [], [])
+            except InterruptedError:
+                continue
+            if self.wake_r in readable:
+                os.read(self.wake_r, 4096)
+                self.reap()
+            if 0 in readable:
+                data = os.read(0, 1 << 16)
+                if not data:
+                    self.exit()
+                unpacker.feed(data)
+                for command in unpacker:
+                    self.handle(command)
+
+    def handle(self, command: dict[str, Any]) -> None:
+        op = command.get("op")
+        if op == "spawn":
+            pid = os.fork()
+            if pid == 0:
+                self.become_proc(command["blob"])
+            self.children.add(pid)
+            self.emit({"ev": "spawned", "id": command["id"], "pid": pid})
+        elif op == "kill":
+            pid = command["pid"]
+            if pid in self.children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, command.get("sig", signal.SIGKILL))
+        elif op == "exit":
+            self.exit()
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.emit({"ev": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def become_proc(self, blob: bytes) -> None:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            for fd in (self.events_fd, self.wake_r, self.wake_w):
+                os.close(fd)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.close(devnull)
+            die_with_parent(signal.SIGKILL)
+            from monarch_actor._proc_main import main
+
+            code = main(blob)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+    def exit(self) -> None:
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE
+        while self.children and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.01)
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.reap()
+        os._exit(0)
+
+
+def main() -> None:
+    die_with_parent(signal.SIGTERM)
+    events_fd = int(sys.argv[1])
+    if os.getppid() == 1:  # the controller died before we got here
+        os._exit(0)
+    preload()
+    Zygote(events_fd).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Actor classes the tests spawn (importable by the procs)."""
+
+import asyncio
+import os
+import threading
+import time
+
+from monarch_actor import Actor, Port, context, current_rank, current_size, endpoint
+
+
+class Counter(Actor):
+    def __init__(self, start: int) -> None:
+        self.value = start
+
+    @endpoint
+    def incr(self) -> None:
+        self.value += 1
+
+    @endpoint
+    def get(self) -> int:
+        return self.value
+
+    @endpoint
+    def boom(self, text: str) -> None:
+        raise ValueError(text)
+
+    @endpoint
+    def add(self, a: int, b: int = 0) -> int:
+        return a + b
+
+    def helper(self) -> int:
+        return 1
+
+
+class Probe(Actor):
+    @endpoint
+    def where(self) -> dict:
+        ctx = context()
+        return {
+            "pid": os.getpid(),
+            "thread": threading.current_thread().name,
+            "rank": dict(ctx.actor_instance.rank),
+            "message_rank": dict(current_rank()),
+            "size": current_size(),
+            "env": {
+                k: os.environ[k]
+                for k in (
+                    "RANK",
+                    "WORLD_SIZE",
+                    "LOCAL_RANK",
+                    "LOCAL_WORLD_SIZE",
+                    "MASTER_ADDR",
+                    "MASTER_PORT",
+                )
+            },
+        }
+
+    @endpoint
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    @endpoint
+    def unpicklable(self) -> object:
+        return threading.Lock()
+
+    @endpoint
+    def echo(self, value: object) -> object:
+        return value
+
+
+class Asyncy(Actor):
+    @endpoint
+    async def where(self) -> str:
+        asyncio.get_running_loop()
+        return threading.current_thread().name
+
+    @endpoint
+    async def nap(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    @endpoint
+    async def call_other(self, other) -> int:
+        return await other.get.call_one()
+
+
+class Caller(Actor):
+    """Calls meshes it receives, the getting-started way."""
+
+    @endpoint
+    def ask(self, counters) -> int:
+        mine = counters.slice(**context().actor_instance.rank)
+        return mine.get.call_one().get()
+
+    @endpoint
+    def ask_one(self, counter) -> int:
+        return counter.get.call_one().get()
+
+    @endpoint
+    def tell(self, port: Port, value: int) -> None:
+        port.send(value * 10)
+
+
+class Replier(Actor):
+    @endpoint(explicit_response_port=True)
+    def later(self, port: Port, value: int) -> None:
+        threading.Timer(0.05, port.send, args=(value + 1,)).start()
+
+    @endpoint(explicit_response_port=True)
+    def refuse(self, port: Port) -> None:
+        port.exception(KeyError("nope"))

@@ -1,0 +1,255 @@
+import asyncio
+import pickle
+import threading
+import time
+
+import pytest
+from actors import Asyncy, Caller, Counter, Probe, Replier
+
+from monarch_actor import (
+    Accumulator,
+    Actor,
+    ActorError,
+    Channel,
+    Future,
+    ValueMesh,
+    endpoint,
+    send,
+    this_proc,
+)
+from monarch_mesh import Shape, Slice
+
+
+def test_the_counter_example(procs):
+    counters = procs.spawn("counters", Counter, 0)
+    counters.incr.broadcast()
+    counters.slice(gpus=slice(0, 2)).incr.broadcast()
+    vm = counters.get.call().get()
+    assert vm.values() == [2, 2, 1, 1]
+    assert counters.slice(gpus=3).get.call_one().get() == 1
+    assert str(vm.extent) == "{gpus: 4}"
+
+
+def test_each_proc_is_its_own_process_with_torch_distributed_environment(procs):
+    probes = procs.spawn("probes", Probe)
+    seen = probes.where.call().get().values()
+    assert len({s["pid"] for s in seen}) == 4
+    for rank, s in enumerate(seen):
+        assert s["rank"] == {"gpus": rank}
+        assert s["env"]["RANK"] == str(rank) and s["env"]["WORLD_SIZE"] == "4"
+        assert s["env"]["LOCAL_RANK"] == str(rank) and s["env"]["LOCAL_WORLD_SIZE"] == "4"
+        assert s["env"]["MASTER_PORT"] == seen[0]["env"]["MASTER_PORT"]
+        assert s["thread"] == "monarch-actor-driver"
+
+
+def test_message_rank_is_relative_to_the_sliced_mesh(procs):
+    probes = procs.spawn("probes", Probe)
+    part = probes.slice(gpus=slice(1, 4, 2))
+    seen = part.where.call().get()
+    assert [s["message_rank"] for s in seen.values()] == [{"gpus": 0}, {"gpus": 1}]
+    assert [s["rank"] for s in seen.values()] == [{"gpus": 1}, {"gpus": 3}]
+    assert [s["size"] for s in seen.values()] == [{"gpus": 2}, {"gpus": 2}]
+    single = probes.slice(gpus=2).where.call_one().get()
+    assert single["message_rank"] == {} and single["rank"] == {"gpus": 2}
+
+
+def test_a_slice_of_a_slice(procs):
+    counters = procs.spawn("counters", Counter, 7)
+    part = counters.slice(gpus=slice(1, None)).slice(gpus=slice(1, None))
+    assert len(part) == 2
+    assert part.get.call().get().values() == [7, 7]
+
+
+def test_mistakes_raise_where_they_are_made(procs):
+    counters = procs.spawn("counters", Counter, 0)
+    with pytest.raises(ValueError, match="call_one requires exactly 1 actor, but mesh has 4"):
+        counters.get.call_one()
+    with pytest.raises(TypeError):
+        counters.add.call(1, 2, 3)
+    with pytest.raises(TypeError):
+        counters.add.call(c=1)
+    with pytest.raises(AttributeError, match="no endpoint 'nothing'"):
+        counters.nothing  # noqa: B018
+    with pytest.raises(RuntimeError, match="not annotated as an endpoint"):
+        counters.helper()
+    with pytest.raises(IndexError):
+        counters.slice(gpus=4)
+    with pytest.raises(TypeError, match="dimension labeled 'hosts'"):
+        counters.slice(hosts=0)
+    with pytest.raises(Exception, match=r"pickle|Lock"):
+        counters.add.call(threading.Lock())
+    with pytest.raises(ValueError, match="not an Actor"):
+        procs.spawn("x", dict)
+
+
+def test_an_endpoint_error_reaches_the_caller_and_the_actor_lives_on(procs):
+    counters = procs.spawn("counters", Counter, 3)
+    one = counters.slice(gpus=1)
+    with pytest.raises(ActorError) as caught:
+        one.boom.call_one("bad thing").get()
+    error = caught.value
+    assert isinstance(error.exception, ValueError) and str(error.exception) == "bad thing"
+    assert error.message == "Actor call counters.boom failed."
+    assert "Traceback of where the remote call failed" in error.exception_formatted
+    assert "raise ValueError(text)" in error.exception_formatted
+    assert repr(error) == "ActorError(ValueError('bad thing'), 'Actor call counters.boom failed.')"
+    assert one.get.call_one().get() == 3
+    with pytest.raises(ActorError):
+        counters.boom.call("all").get()
+
+
+def test_an_unpicklable_result_is_a_clear_error(procs):
+    probe = procs.spawn("probes", Probe).slice(gpus=0)
+    with pytest.raises(ActorError, match="cannot be sent"):
+        probe.unpicklable.call_one().get()
+    assert probe.echo.call_one(5).get() == 5
+
+
+def test_choose_and_accumulate(procs):
+    probes = procs.spawn("probes", Probe)
+    assert probes.echo.choose(9).get() == 9
+    counters = procs.spawn("counters", Counter, 2)
+    total = Accumulator(counters.get, 0, lambda acc, x: acc + x).accumulate().get()
+    assert total == 8
+
+
+def test_stream_yields_in_completion_order(procs):
+    probes = procs.spawn("probes", Probe)
+    # rank 0 is kept busy first, so its answer to the stream comes last
+    busy = probes.slice(gpus=0).sleep.call_one(0.5)
+    order = [future.get(timeout=10) for future in probes.where.stream()]
+    assert [o["rank"]["gpus"] for o in order][-1] == 0
+    assert sorted(o["rank"]["gpus"] for o in order) == [0, 1, 2, 3]
+    assert busy.get() == 0.5
+
+
+def test_async_actors_run_on_their_own_loop(procs):
+    asyncy = procs.spawn("asyncy", Asyncy)
+    assert set(asyncy.where.call().get().values()) == {"monarch-actor-event-loop"}
+
+
+def test_mixing_sync_and_async_endpoints_is_refused(procs):
+    class Mixed(Actor):
+        @endpoint
+        def a(self) -> None: ...
+
+        @endpoint
+        async def b(self) -> None: ...
+
+    with pytest.raises(ValueError, match="mixes both async and sync endpoints"):
+        procs.spawn("mixed", Mixed)
+
+
+def test_meshes_travel_as_references(procs):
+    counters = procs.spawn("counters", Counter, 11)
+    callers = procs.spawn("callers", Caller)
+    assert callers.ask.call(counters).get().values() == [11] * 4
+    asyncy = procs.spawn("asyncy", Asyncy).slice(gpus=0)
+    assert asyncy.call_other.call_one(counters.slice(gpus=2)).get() == 11
+
+
+def test_procs_call_back_into_the_controller(procs):
+    local = this_proc().spawn("local", Counter, 42)
+    callers = procs.spawn("callers", Caller)
+    assert callers.ask_one.call(local).get().values() == [42] * 4
+    port, receiver = Channel.open()
+    callers.tell.broadcast(port, 1)
+    assert sorted(receiver.recv().get(timeout=10) for _ in range(4)) == [10] * 4
+
+
+def test_explicit_response_ports(procs):
+    replier = procs.spawn("replier", Replier)
+    assert replier.slice(gpus=0).later.call_one(1).get(timeout=10) == 2
+    assert replier.later.call(5).get(timeout=10).values() == [6] * 4
+    with pytest.raises(KeyError, match="nope"):
+        replier.slice(gpus=1).refuse.call_one().get(timeout=10)
+
+
+def test_send_with_a_port(procs):
+    counters = procs.spawn("counters", Counter, 1)
+    port, receiver = Channel.open_ranked()
+    send(counters.add, (1,), {"b": 2}, port=port)
+    assert sorted(receiver.recv().get(timeout=10) for _ in range(4)) == [
+        (0, 3),
+        (1, 3),
+        (2, 3),
+        (3, 3),
+    ]
+
+
+def test_a_blocking_endpoint_does_not_stall_its_process(procs):
+    probes = procs.spawn("probes", Probe).slice(gpus=0)
+    others = procs.spawn("others", Counter, 5).slice(gpus=0)
+    slow = probes.sleep.call_one(2.0)
+    start = time.monotonic()
+    assert others.get.call_one().get(timeout=10) == 5
+    assert time.monotonic() - start < 1.5
+    assert slow.get(timeout=10) == 2.0
+
+
+def test_sync_get_and_await_inside_endpoints(procs):
+    counters = procs.spawn("counters", Counter, 4)
+    callers = procs.spawn("callers", Caller).slice(gpus=3)
+    assert callers.ask.call_one(counters).get(timeout=10) == 4
+
+
+def test_future_api():
+    with pytest.raises(TypeError, match="cannot be constructed directly"):
+        Future()
+    local = this_proc().spawn("probe", Probe)
+    slow = local.sleep.call_one(0.3)
+    with pytest.raises(TimeoutError):
+        slow.get(timeout=0.01)
+    assert slow.get() == 0.3 and slow.get() == 0.3
+    with pytest.raises(ValueError):
+        slow.get(timeout=-1)
+    with pytest.raises(RuntimeError, match="requires a running asyncio event loop"):
+        slow.as_asyncio()
+    with pytest.raises(ValueError, match="no active event loop"):
+        slow.__await__()
+
+    async def main():
+        value = await local.echo.call_one("x")
+        again = await local.echo.call_one("y").as_asyncio()
+        return value, again
+
+    assert asyncio.run(main()) == ("x", "y")
+    failed = this_proc().spawn("counter", Counter, 0).boom.call_one("e")
+    assert isinstance(failed.exception(), ActorError)
+    with pytest.raises(ActorError):
+        failed.get()
+
+
+def test_value_mesh():
+    shape = Shape(["hosts", "gpus"], Slice.new_row_major([2, 3]))
+    vm = ValueMesh(shape, list(range(6)))
+    assert vm.values() == [0, 1, 2, 3, 4, 5]
+    assert vm.item(hosts=1, gpus=2) == 5
+    assert [dict(p) for p, _ in vm][:2] == [{"hosts": 0, "gpus": 0}, {"hosts": 0, "gpus": 1}]
+    assert vm.slice(hosts=1).values() == [3, 4, 5]
+    assert vm.slice(gpus=slice(0, 3, 2)).values() == [0, 2, 3, 5]
+    assert (
+        repr(ValueMesh(Shape(["gpus"], Slice.new_row_major([1])), [6]))
+        == "ValueMesh({gpus: 1}):\n  (({'gpus': 0/1}, 6),)"
+    )
+    assert pickle.loads(pickle.dumps(vm)).values() == vm.values()
+    with pytest.raises(KeyError):
+        vm.item(hosts=1)
+    with pytest.raises(ValueError, match="expected 6 ranks, but contains 1 ranks"):
+        ValueMesh(shape, [1])
+
+
+def test_actor_mesh_stop_runs_cleanup(procs):
+    class Cleaner(Actor):
+        @endpoint
+        def ping(self) -> int:
+            return 1
+
+        def __cleanup__(self, exc):
+            print("cleaned", exc)
+
+    cleaners = procs.spawn("cleaners", Cleaner)
+    assert cleaners.ping.call().get().values() == [1] * 4
+    cleaners.stop().get(timeout=10)
+    with pytest.raises(Exception, match=r"stopped|no actor"):
+        cleaners.ping.call().get(timeout=15)

@@ -16,10 +16,14 @@ def test_demo_runs():
     )
     assert done.returncode == 0, done.stderr
     for part in (
-        "1. A mesh and its slices",
-        "2. Selections",
-        "3. The multicast tree",
-        "4. At scale",
+        "1. Actors on this host",
+        "call_one round trip",
+        "ZeroDivisionError",
+        "every process reaped",
+        "2. A mesh and its slices",
+        "3. Selections",
+        "4. The multicast tree",
+        "5. At scale",
         "{hosts=2,gpus=2}",
         "route to rank 999,999",
     ):

@@ -52,6 +52,8 @@ class HostAgent:
         job_secret()  # made now, so the agent and every proc inherit it
         env = dict(os.environ)
         env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
+        # a script that uses torch will have actors that do: import it once, in the agent
+        env.setdefault("MONARCH_PRELOAD", "torch" if "torch" in sys.modules else "")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "monarch_actor._zygote", str(write)],
             stdin=subprocess.PIPE,

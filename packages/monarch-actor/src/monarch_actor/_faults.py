@@ -4,9 +4,10 @@ goes to stderr and the script is interrupted."""
 
 from __future__ import annotations
 
-import _thread
 import logging
+import signal
 import sys
+import threading
 from typing import Any
 
 __all__ = ["MeshFailure", "report_fault", "unhandled_fault_hook"]
@@ -45,7 +46,8 @@ def unhandled_fault_hook(failure: MeshFailure) -> None:
     uncaught); replace ``monarch.actor.unhandled_fault_hook`` to change that."""
     sys.stderr.write(f"Unhandled monarch error on the root actor: {failure.report()}\n")
     sys.stderr.flush()
-    _thread.interrupt_main()
+    # a real SIGINT aimed at the main thread: it interrupts a sleep or a blocking wait too
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
 
 def report_fault(fault: dict[str, Any]) -> None:

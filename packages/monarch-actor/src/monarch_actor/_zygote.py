@@ -37,7 +37,7 @@ def die_with_parent(sig: int) -> None:
 
 def preload() -> None:
     names = os.environ.get("MONARCH_PRELOAD")
-    wanted = names.split(",") if names is not None else ["torch"]
+    wanted = (names or "").split(",")
     for name in ["monarch_actor._proc_main", *filter(None, (n.strip() for n in wanted))]:
         if importlib.util.find_spec(name) is not None:
             with contextlib.suppress(Exception):

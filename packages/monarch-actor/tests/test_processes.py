@@ -1,0 +1,178 @@
+"""Processes: started by the host agent, reaped on stop(), at exit and when the
+controller is killed; scripts whose actors live in ``__main__``."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from monarch_actor import this_host
+
+SCRIPT_HEAD = textwrap.dedent(
+    """
+    import os, sys, time, asyncio
+    from monarch_actor import Actor, endpoint, this_host, current_rank
+    from monarch_actor._controller import local_agent
+
+    class Pid(Actor):  # defined in __main__: travels by value
+        @endpoint
+        def pid(self) -> int:
+            return os.getpid()
+
+        @endpoint
+        def say(self, text: str) -> None:
+            print(text, flush=True)
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_gone(pids, seconds=15.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(alive(p) for p in pids):
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def run_script(body: str, **kw):
+    return subprocess.Popen(
+        [sys.executable, "-c", SCRIPT_HEAD + textwrap.dedent(body)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_stop_reaps_the_processes():
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    from actors import Probe
+
+    pids = [s["pid"] for s in procs.spawn("p", Probe).where.call().get().values()]
+    assert all(alive(p) for p in pids)
+    procs.stop().get(timeout=30)
+    assert wait_gone(pids, 1.0) == []
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_no_orphans_when_the_controller_ends(how):
+    script = run_script(
+        """
+        procs = this_host().spawn_procs(per_host={"gpus": 3})
+        pids = procs.spawn("pids", Pid).pid.call().get().values()
+        print(" ".join(map(str, [local_agent().process.pid, *pids])), flush=True)
+        if sys.argv[-1] == "sleep":
+            time.sleep(600)
+        """.replace("sys.argv[-1]", repr("sleep" if how == "sigkill" else "exit"))
+    )
+    try:
+        line = script.stdout.readline()
+        pids = [int(p) for p in line.split()]
+        assert len(pids) == 4, (line, script.stderr.read() if script.poll() is not None else "")
+        if how == "sigkill":
+            os.kill(script.pid, signal.SIGKILL)
+        script.wait(30)
+        assert wait_gone(pids) == []
+    finally:
+        script.kill()
+        script.wait()
+
+
+def test_output_streams_to_the_controller_tagged_with_rank():
+    script = run_script(
+        """
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=None))
+        actors = procs.spawn("talk", Pid)
+        actors.slice(gpus=1).say.call_one("hello from one").get()
+        time.sleep(0.5)  # output travels on its own path: let it arrive before the switch
+        asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=1))
+        actors.say.call("same everywhere").get()
+        time.sleep(1.5)
+        procs.stop().get()
+        """
+    )
+    out, err = script.communicate(timeout=60)
+    assert script.returncode == 0, err
+    assert "] [1] hello from one" in out
+    assert "[2 similar log lines] same everywhere" in out
+
+
+def test_an_error_nobody_awaits_fails_the_script_fast():
+    script = run_script(
+        """
+        class Bad(Actor):
+            @endpoint
+            def boom(self) -> None:
+                raise RuntimeError("nobody waits for me")
+
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        procs.spawn("bad", Bad).boom.broadcast()
+        time.sleep(30)
+        print("not reached")
+        """
+    )
+    out, err = script.communicate(timeout=60)
+    assert "not reached" not in out
+    assert "nobody waits for me" in err
+    assert "KeyboardInterrupt" in err
+
+
+def test_the_fault_hook_can_be_replaced(procs):
+    from actors import Counter
+
+    import monarch_actor
+
+    seen = []
+    original = monarch_actor.unhandled_fault_hook
+    monarch_actor.unhandled_fault_hook = seen.append
+    try:
+        procs.spawn("counters", Counter, 0).slice(gpus=2).boom.broadcast("told nobody")
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        monarch_actor.unhandled_fault_hook = original
+    assert seen and "told nobody" in seen[0].report()
+    assert seen[0].crashed_ranks == [2]
+
+
+def test_broadcasts_travel_down_a_tree():
+    script = run_script(
+        """
+        class Count(Actor):
+            def __init__(self):
+                self.n = 0
+            @endpoint
+            def bump(self) -> None:
+                self.n += 1
+            @endpoint
+            def get(self) -> int:
+                return self.n
+
+        procs = this_host().spawn_procs(per_host={"hosts": 3, "gpus": 3})
+        counts = procs.spawn("counts", Count)
+        for _ in range(5):
+            counts.bump.broadcast()
+        counts.slice(hosts=1).bump.broadcast()
+        print(counts.get.call().get().values(), flush=True)
+        procs.stop().get()
+        """,
+        env={**os.environ, "MONARCH_CAST_FANOUT": "2"},
+    )
+    out, err = script.communicate(timeout=60)
+    assert script.returncode == 0, err
+    assert out.strip() == str([5, 5, 5, 6, 6, 6, 5, 5, 5])

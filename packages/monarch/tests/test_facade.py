@@ -1,0 +1,36 @@
+"""``monarch.actor`` exposes Monarch's names, and they are the runtime's own."""
+
+import monarch
+import monarch.actor
+import monarch_actor
+
+CORE_AND_COMMON = [
+    "Actor", "endpoint", "this_host", "this_proc", "context", "Context", "current_rank",
+    "current_size", "current_actor_name", "Future", "ValueMesh", "ProcMesh", "HostMesh",
+    "Point", "Extent", "ActorError", "MeshFailure", "unhandled_fault_hook", "Channel",
+    "Port", "PortReceiver", "send", "Accumulator", "concurrent_endpoint", "Endpoint",
+    "enable_transport", "ChannelTransport",
+]  # fmt: skip
+
+
+def test_every_core_and_common_name_is_exported():
+    missing = [name for name in CORE_AND_COMMON if not hasattr(monarch.actor, name)]
+    assert missing == []
+    assert set(CORE_AND_COMMON) <= set(monarch.actor.__all__)
+
+
+def test_the_names_are_the_runtime_objects():
+    assert monarch.actor.Actor is monarch_actor.Actor
+    assert monarch.actor.Future is monarch_actor.Future
+    assert monarch.Shape.__module__ == "monarch_mesh"
+
+
+def test_a_script_runs_through_the_facade():
+    from monarch.actor import Actor, endpoint, this_proc
+
+    class Twice(Actor):
+        @endpoint
+        def twice(self, x: int) -> int:
+            return 2 * x
+
+    assert this_proc().spawn("twice", Twice).twice.call_one(21).get() == 42

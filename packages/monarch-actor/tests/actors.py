@@ -110,3 +110,23 @@ class Replier(Actor):
     @endpoint(explicit_response_port=True)
     def refuse(self, port: Port) -> None:
         port.exception(KeyError("nope"))
+
+
+class Registry(Actor):
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.seen: list[int] = []
+
+    @endpoint
+    def visit(self, who: int) -> list[int]:
+        self.seen.append(who)
+        return list(self.seen)
+
+
+class Visitor(Actor):
+    @endpoint
+    def visit(self) -> int:
+        from monarch_actor import get_or_spawn_controller
+
+        registry = get_or_spawn_controller("registry", Registry, "from-actor").get()
+        return len(registry.visit.call_one(context().actor_instance.rank["gpus"]).get())

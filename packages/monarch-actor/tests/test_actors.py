@@ -253,3 +253,27 @@ def test_actor_mesh_stop_runs_cleanup(procs):
     cleaners.stop().get(timeout=10)
     with pytest.raises(Exception, match=r"stopped|no actor"):
         cleaners.ping.call().get(timeout=15)
+
+
+def test_get_or_spawn_controller_is_one_actor_for_everyone(procs):
+    from actors import Registry, Visitor
+
+    from monarch_actor import get_or_spawn_controller
+
+    registry = get_or_spawn_controller("registry", Registry, "from-script").get()
+    again = get_or_spawn_controller("registry", Registry, "ignored").get()
+    assert registry.visit.call_one(-1).get() == [-1]
+    assert again.visit.call_one(-2).get() == [-1, -2]
+    counts = sorted(procs.spawn("visitors", Visitor).visit.call().get().values())
+    assert counts == [3, 4, 5, 6]
+    with pytest.raises(ValueError, match="exists with class Registry"):
+        get_or_spawn_controller("registry", Counter, 0).get()
+
+
+def test_as_endpoint_reaches_a_plain_method(procs):
+    from monarch_actor import as_endpoint
+
+    counters = procs.spawn("counters", Counter, 0)
+    assert as_endpoint(counters.helper).call().get().values() == [1, 1, 1, 1]
+    with pytest.raises(ValueError, match="as_endpoint"):
+        as_endpoint(counters.get)

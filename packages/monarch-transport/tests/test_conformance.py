@@ -50,6 +50,24 @@ async def test_frames_arrive_intact_and_in_order(backend):
                 assert [bytes(f) for f in event.frames] == frames
 
 
+async def test_send_nowait_keeps_order_with_send(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        async with await transport.connect(inbox.address, settings()) as out:
+            taken = 0
+            for n in range(200):
+                frames = [b"%d" % n, b"y" * (n % 7)]
+                if n % 3 and out.send_nowait(frames):
+                    taken += 1
+                else:
+                    await out.send(frames)
+            for n in range(200):
+                event = await next_event(inbox)
+                assert bytes(event.frames[0]) == b"%d" % n
+            if transport.name != "inproc":
+                assert taken > 0, "small messages to an idle connection go out without waiting"
+
+
 async def test_large_message(backend):
     transport, address = backend
     payload = os.urandom(8 << 20)

@@ -9,7 +9,8 @@ CORE_AND_COMMON = [
     "current_size", "current_actor_name", "Future", "ValueMesh", "ProcMesh", "HostMesh",
     "Point", "Extent", "ActorError", "MeshFailure", "unhandled_fault_hook", "Channel",
     "Port", "PortReceiver", "send", "Accumulator", "concurrent_endpoint", "Endpoint",
-    "enable_transport", "ChannelTransport",
+    "enable_transport", "ChannelTransport", "get_or_spawn_controller", "as_endpoint",
+    "shutdown_context",
 ]  # fmt: skip
 
 

@@ -25,12 +25,14 @@ from ._context import (
     current_rank,
     current_size,
 )
+from ._controller import shutdown_context
 from ._endpoint import ActorEndpoint, send
 from ._errors import ActorError, MonarchError, SupervisionError
 from ._faults import MeshFailure, unhandled_fault_hook
 from ._future import Future
-from ._mesh import ActorMesh, HostMesh, ProcMesh, this_host, this_proc
+from ._mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
 from ._port import Channel, Port, PortReceiver, RankedPortReceiver
+from ._singletons import get_or_spawn_controller
 from ._value_mesh import ValueMesh
 
 Endpoint = ActorEndpoint
@@ -58,13 +60,16 @@ __all__ = [
     "RankedPortReceiver",
     "SupervisionError",
     "ValueMesh",
+    "as_endpoint",
     "concurrent_endpoint",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
     "endpoint",
+    "get_or_spawn_controller",
     "send",
+    "shutdown_context",
     "this_host",
     "this_proc",
     "unhandled_fault_hook",

@@ -31,7 +31,7 @@ class Actor:
         return logger
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EndpointProperty:
     """What ``@endpoint`` leaves on the class. Not callable on purpose: inside
     the actor an endpoint is reached through a mesh, shared logic belongs in
@@ -54,7 +54,11 @@ class EndpointProperty:
         """Check the arguments against the method's signature (``TypeError`` if
         they do not fit), before anything is sent."""
         leading = (None, None) if self.explicit_response_port else (None,)
-        inspect.signature(self.method).bind(*leading, *args, **kwargs)
+        self.signature.bind(*leading, *args, **kwargs)
+
+    @functools.cached_property
+    def signature(self) -> inspect.Signature:
+        return inspect.signature(self.method)
 
     def __get__(self, instance: object, owner: type | None = None) -> EndpointProperty:
         return self

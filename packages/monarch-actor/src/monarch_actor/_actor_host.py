@@ -156,6 +156,10 @@ class ActorHost:
 
     def _call(self, header: dict[str, Any], frames: Frames) -> Any:
         ep = self.endpoints.get(header["m"])
+        if ep is None and header.get("plain"):
+            method = getattr(type(self.instance), header["m"], None)
+            if callable(method):
+                ep = EndpointProperty(method, explicit_response_port=bool(header.get("xp")))
         try:
             message: Any = decode(frames)[1]
             args, kwargs = message

@@ -26,6 +26,7 @@ from monarch_transport import SECRET_ENV, decode, job_secret
 from ._faults import report_fault
 from ._future import Future
 from ._runtime import Frames, Runtime, get_runtime, maybe_runtime
+from ._singletons import install_singletons
 
 __all__ = [
     "install_controller",
@@ -164,6 +165,7 @@ def spawn_procs(
             "rank": rank,
             "bootstrap": bootstrap,
             "argv0": sys.argv[0] if sys.argv else "",
+            "root": runtime.root,
         }
         agent.spawn(table, rank, info)
     return ProcMesh(table, shape, host)
@@ -331,6 +333,7 @@ def install_controller(runtime: Runtime) -> None:
     runtime.handlers["r"] = lambda h, f: proc_ready(runtime, h, f)
     runtime.handlers["f"] = _on_fault(runtime, None)
     runtime.handlers["l"] = _log_handler()
+    install_singletons(runtime)
     atexit.register(_shutdown_at_exit)
 
 
@@ -410,9 +413,28 @@ async def _stop_proc(runtime: Runtime, header: dict[str, Any]) -> None:
     runtime.stopped.set()
 
 
+def shutdown_context() -> Future[None]:
+    """Stop every proc mesh this process started (as happens at exit)."""
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def run() -> None:
+        _stop_everything()
+        done.set_result(None)
+
+    threading.Thread(target=run, daemon=True, name="monarch-shutdown").start()
+    return Future._of(done)
+
+
 def _shutdown_at_exit() -> None:
     runtime = maybe_runtime()
     if runtime is None or runtime.role != "controller":
+        return
+    _stop_everything()
+
+
+def _stop_everything() -> None:
+    runtime = maybe_runtime()
+    if runtime is None:
         return
     from monarch_mesh import Slice
 
@@ -426,5 +448,5 @@ def _shutdown_at_exit() -> None:
     for future in futures:
         with contextlib.suppress(Exception):
             future.get(STOP_TIMEOUT + 2)
-    for agent in list(_agents.values()):
-        agent.close()
+    for address in list(_agents):
+        _agents.pop(address).close()

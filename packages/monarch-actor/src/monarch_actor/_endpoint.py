@@ -95,10 +95,11 @@ class _Gather:
 class ActorEndpoint(Generic[R]):
     """``mesh.method``: the adverbs that message the mesh's actors."""
 
-    def __init__(self, mesh: ActorMesh[Any], prop: EndpointProperty) -> None:
+    def __init__(self, mesh: ActorMesh[Any], prop: EndpointProperty, plain: bool = False) -> None:
         self._mesh = mesh
         self._prop = prop
         self._name = prop.name
+        self._plain = plain  # a method without @endpoint, reached through as_endpoint()
 
     def _message(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Frames:
         self._prop.bind(args, kwargs)
@@ -107,7 +108,12 @@ class ActorEndpoint(Generic[R]):
     def _cast(
         self, shape: Shape, frames: Frames, gather: _Gather | None, port: Port[Any] | None = None
     ) -> None:
-        self._mesh._cast_message(shape, {"op": "call", "m": self._name}, frames, gather, port)
+        header: dict[str, Any] = {"op": "call", "m": self._name}
+        if self._plain:
+            header["plain"] = 1
+            if self._prop.explicit_response_port:
+                header["xp"] = 1
+        self._mesh._cast_message(shape, header, frames, gather, port)
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
         size = len(self._mesh._shape)

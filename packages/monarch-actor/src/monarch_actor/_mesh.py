@@ -285,7 +285,7 @@ class ActorMesh(MeshOps, Generic[A]):
         if isinstance(attr, EndpointProperty):
             return ActorEndpoint(self, attr)
         if callable(attr):
-            return _NotAnEndpoint(self._class, name)
+            return _NotAnEndpoint(self, name)
         raise AttributeError(f"{self._class.__qualname__} actor mesh has no endpoint {name!r}")
 
     def _cast_message(
@@ -333,8 +333,8 @@ class ActorMesh(MeshOps, Generic[A]):
 
 
 class _NotAnEndpoint:
-    def __init__(self, cls: type, name: str) -> None:
-        self._cls, self._name = cls, name
+    def __init__(self, mesh: ActorMesh[Any], name: str) -> None:
+        self._mesh, self._cls, self._name = mesh, mesh._class, name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(
@@ -362,3 +362,20 @@ def this_host() -> HostMesh:
     from ._controller import local_agent
 
     return HostMesh(Shape.unity(), [local_agent])
+
+
+def as_endpoint(
+    method: Any, *, propagate: Any = None, explicit_response_port: bool = False
+) -> ActorEndpoint[Any]:
+    """An endpoint with every adverb for a method that is not marked
+    ``@endpoint``: ``as_endpoint(mesh.plain_method).call()``."""
+    if not isinstance(method, _NotAnEndpoint):
+        raise ValueError(
+            f"as_endpoint() takes a method of an actor mesh that is not an endpoint "
+            f"(mesh.some_method), got {method!r}"
+        )
+    function = getattr(method._cls, method._name)
+    prop = EndpointProperty(function, propagate, explicit_response_port)
+    if method._mesh._is_async != prop.is_async and not method._mesh._is_async:
+        raise ValueError(f"{method._name} is async but {method._cls.__qualname__} is a sync actor")
+    return ActorEndpoint(method._mesh, prop, plain=True)

@@ -35,6 +35,7 @@ def main(blob: bytes) -> int:
             loop.run_until_complete(_wait(outcome))
     listener = loop.run_until_complete(listen())
     runtime = Runtime(loop, listener, "proc")
+    runtime.root = info["root"]
     install(runtime)
     install_proc_handlers(runtime, info["owner"])
     capture_output(runtime, info["owner"], info["rank"], info["env"]["HYPERACTOR_PROCESS_NAME"])

@@ -75,6 +75,14 @@ class Outbox:
         if self.failure is not None:
             self.runtime.undeliverable(frames, self.address, self.failure)
             return
+        if self.sender is not None and not self.draining:
+            try:
+                if self.sender.send_nowait(frames):  # no task, no wait: the common case
+                    return
+            except (TransportError, OSError) as error:
+                self.queue.append(frames)
+                self.fail(f"cannot reach {self.address}: {error}")
+                return
         self.queue.append(frames)
         if not self.draining:
             self.draining = True
@@ -129,6 +137,8 @@ class Runtime:
         self.stopped = asyncio.Event()
         self.lost_hooks: list[Callable[[str, str], None]] = []
         self.tables: dict[str, Any] = {}  # proc meshes this process knows, by id
+        self.root = self.address  # the controller's address (a proc learns it at start)
+        self.singletons: dict[str, Any] = {}  # get_or_spawn_controller, on the controller
 
     # -- threads -------------------------------------------------------------------
 

@@ -197,6 +197,12 @@ class Sender(_Closing):
         """Queue ``frames`` as one message. Waits while the connection is
         backed up; ``PeerDisconnected`` once the connection is gone."""
 
+    def send_nowait(self, frames: Sequence[Buffer]) -> bool:
+        """Queue ``frames`` if that needs no waiting; whether it did. A router
+        calls this first and falls back to ``send`` (a task) only when it
+        returns False. Raises what ``send`` raises."""
+        return False
+
     @property
     @abstractmethod
     def closed(self) -> bool:

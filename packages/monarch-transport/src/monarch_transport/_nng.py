@@ -289,6 +289,20 @@ class NngSender(Sender):
             # nng would redial on its own; a new connection must authenticate anew
             self._loop.run_in_executor(None, self._sock.close)
 
+    def send_nowait(self, frames: Sequence[Buffer]) -> bool:
+        if self._reason is not None:
+            raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")
+        if self._busy:
+            return False
+        data = join(Kind.DATA, frames, self._settings.max_message_size)
+        try:
+            self._sock.send(data, block=False)
+        except pynng.TryAgain:
+            return False
+        except pynng.Closed:
+            raise PeerDisconnected(f"connection to {self.address} is closed") from None
+        return True
+
     async def send(self, frames: Sequence[Buffer]) -> None:
         if self._reason is not None:
             raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")

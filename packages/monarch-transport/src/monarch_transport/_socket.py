@@ -326,6 +326,17 @@ class SocketSender(Sender):
         if conn.reason is not None:
             self._gone.set()
 
+    def send_nowait(self, frames: Sequence[Buffer]) -> bool:
+        conn = self._conn
+        transport = conn.transport
+        if conn.paused or self._lock.locked() or conn.reason or transport is None:
+            return False
+        pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
+        if len(pieces) != 1:
+            return False
+        transport.write(pieces[0])
+        return True
+
     async def send(self, frames: Sequence[Buffer]) -> None:
         conn = self._conn
         pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)

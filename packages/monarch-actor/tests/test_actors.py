@@ -277,3 +277,28 @@ def test_as_endpoint_reaches_a_plain_method(procs):
     assert as_endpoint(counters.helper).call().get().values() == [1, 1, 1, 1]
     with pytest.raises(ValueError, match="as_endpoint"):
         as_endpoint(counters.get)
+
+
+def test_lifecycle_events_are_reported():
+    from monarch_actor import _lifecycle
+
+    events = []
+    _lifecycle.subscribe(events.append)
+    try:
+        local = this_proc().spawn("watched", Counter, 0)
+        local.get.call_one().get()
+        local.stop().get(timeout=10)
+    finally:
+        _lifecycle.unsubscribe(events.append)
+    kinds = [type(e).__name__ for e in events if getattr(e, "mesh", "").startswith("watched")]
+    assert kinds == ["ActorStarted", "ActorStopped"]
+
+
+def test_get_inside_an_async_endpoint_works(procs):
+    class Blocking(Actor):
+        @endpoint
+        async def ask(self, counters) -> int:
+            return counters.get.call_one().get()  # warns, but the answer still arrives
+
+    counters = procs.spawn("counters", Counter, 8).slice(gpus=0)
+    assert procs.spawn("blocking", Blocking).slice(gpus=1).ask.call_one(counters).get(10) == 8

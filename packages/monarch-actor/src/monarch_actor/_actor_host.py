@@ -23,6 +23,7 @@ from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
 from ._actor import EndpointProperty, endpoints_of
 from ._context import Context, Instance, reset_current, set_current
 from ._errors import ActorError, SupervisionError
+from ._lifecycle import ActorFailed, ActorStarted, ActorStopped, emit
 from ._port import Port
 from ._runtime import Frames, Runtime
 
@@ -137,6 +138,8 @@ class ActorHost:
             self.instance.__init__(*args, **kwargs)
         except Exception as error:
             self._fail(f"__init__ of {self.name} raised:\n{remote_traceback(error)}")
+        else:
+            emit(ActorStarted(repr(self.me), self.key, self.rank.rank))
         finally:
             reset_current(token)
         return None
@@ -244,6 +247,7 @@ class ActorHost:
 
         def finish() -> Any:
             self.stopped = reason
+            emit(ActorStopped(repr(self.me), self.key, self.rank.rank, reason))
             if header is not None:
                 self._answer(header, None)
             self.runtime.call_soon(self._forget, f"was stopped: {reason}")
@@ -320,6 +324,7 @@ class ActorHost:
 
     def _fail(self, reason: str) -> None:
         self.failure = reason
+        emit(ActorFailed(repr(self.me) if self.me else self.name, self.key, self.rank.rank, reason))
         self._report(reason)
 
     def _report(self, reason: str) -> None:

@@ -25,6 +25,7 @@ from monarch_transport import SECRET_ENV, decode, job_secret
 
 from ._faults import report_fault
 from ._future import Future
+from ._lifecycle import ProcExited, emit
 from ._runtime import Frames, Runtime, get_runtime, maybe_runtime
 from ._singletons import install_singletons
 
@@ -191,6 +192,7 @@ def proc_exited(runtime: Runtime, table: Any, rank: int, code: int) -> None:
     address = table.addresses[rank]
     reason = f"process {table.name}-{rank} exited with code {code}"
     table.pids.pop(rank, None)
+    emit(ProcExited(table.id, rank, code, expected=table.stopped))
     if not table.pids:
         for waiter in table.__dict__.pop("reaped", []):
             waiter.set_result(None)

@@ -1,0 +1,84 @@
+"""Lifecycle events of actors and processes, for supervision to act on.
+
+The runtime reports what happened; it does not decide what follows (that is
+the supervision package's job). ``subscribe`` registers a callback for every
+event of this process; callbacks run on the thread that saw the event and
+must be quick."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "ActorFailed",
+    "ActorStarted",
+    "ActorStopped",
+    "LifecycleEvent",
+    "ProcExited",
+    "emit",
+    "subscribe",
+    "unsubscribe",
+]
+
+log = logging.getLogger("monarch.actor.lifecycle")
+
+
+@dataclass(frozen=True)
+class ActorStarted:
+    actor: str  # the actor's display name: <owner>.<Class name{rank}>
+    mesh: str  # the actor mesh's key
+    rank: int
+
+
+@dataclass(frozen=True)
+class ActorFailed:
+    actor: str
+    mesh: str
+    rank: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ActorStopped:
+    actor: str
+    mesh: str
+    rank: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProcExited:
+    proc_mesh: str
+    rank: int
+    exit_code: int
+    expected: bool  # stopped on request, rather than crashed
+
+
+LifecycleEvent = ActorStarted | ActorFailed | ActorStopped | ProcExited
+
+_subscribers: list[Callable[[LifecycleEvent], None]] = []
+_lock = threading.Lock()
+
+
+def subscribe(callback: Callable[[LifecycleEvent], None]) -> None:
+    with _lock:
+        _subscribers.append(callback)
+
+
+def unsubscribe(callback: Callable[[LifecycleEvent], None]) -> None:
+    with _lock:
+        if callback in _subscribers:
+            _subscribers.remove(callback)
+
+
+def emit(event: LifecycleEvent) -> None:
+    with _lock:
+        subscribers = list(_subscribers)
+    for callback in subscribers:
+        try:
+            callback(event)
+        except Exception:
+            log.exception("a lifecycle subscriber raised on %s", event)

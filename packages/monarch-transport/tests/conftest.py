@@ -10,8 +10,10 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
+import atexit  # noqa: E402
 import itertools  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -24,6 +26,7 @@ from monarch_transport._socket import SocketTransport  # noqa: E402
 
 _counter = itertools.count()
 _tmp = Path(tempfile.mkdtemp(prefix="monarch-transport-tests-"))
+atexit.register(shutil.rmtree, _tmp, True)
 
 
 def make_tls_files(folder: Path) -> TlsFiles:

@@ -26,7 +26,7 @@ from monarch_transport import SECRET_ENV, decode, job_secret
 from ._faults import report_fault
 from ._future import Future
 from ._lifecycle import ProcExited, emit
-from ._runtime import Frames, Runtime, get_runtime, maybe_runtime
+from ._runtime import Frames, Runtime, get_runtime, job_dir, maybe_runtime
 from ._singletons import install_singletons
 
 __all__ = [
@@ -52,6 +52,7 @@ class HostAgent:
         self.spawning: dict[int, tuple[Any, int]] = {}  # request id -> (table, rank)
         read, write = os.pipe()
         job_secret()  # made now, so the agent and every proc inherit it
+        job_dir()
         env = dict(os.environ)
         env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
         # a script that uses torch will have actors that do: import it once, in the agent

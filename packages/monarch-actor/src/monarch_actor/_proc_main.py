@@ -17,7 +17,7 @@ from monarch_transport import listen, new_event_loop
 
 from ._controller import install_proc_handlers
 from ._logs import capture_output
-from ._runtime import Runtime, install
+from ._runtime import Runtime, install, listen_address
 
 log = logging.getLogger("monarch.actor.proc")
 
@@ -25,6 +25,7 @@ log = logging.getLogger("monarch.actor.proc")
 def main(blob: bytes) -> int:
     info: dict[str, Any] = pickle.loads(blob)
     os.environ.update(info["env"])
+    os.environ["MONARCH_ROLE"] = "proc"
     sys.argv = [info.get("argv0", "monarch-proc")]
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
@@ -33,7 +34,7 @@ def main(blob: bytes) -> int:
         outcome = bootstrap()
         if inspect.isawaitable(outcome):
             loop.run_until_complete(_wait(outcome))
-    listener = loop.run_until_complete(listen())
+    listener = loop.run_until_complete(listen(listen_address()))
     runtime = Runtime(loop, listener, "proc")
     runtime.root = info["root"]
     install(runtime)

@@ -11,17 +11,23 @@ never stalls it.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import contextlib
 import itertools
 import logging
+import os
+import shutil
+import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from monarch_mesh import Branch, Shape
 from monarch_transport import (
+    Address,
     Listener,
     PeerLeft,
     Received,
@@ -29,6 +35,7 @@ from monarch_transport import (
     TransportError,
     connect,
     decode_header,
+    default_listen_address,
     encode,
     encode_header,
     listen,
@@ -358,6 +365,29 @@ class Runtime:
 
 # -- the process's runtime ------------------------------------------------------------------
 
+JOB_DIR_ENV = "MONARCH_JOB_DIR"
+
+
+def job_dir() -> str:
+    """A folder of this job's own (Unix sockets live there), made by the
+    controller and removed when it ends; its procs inherit it."""
+    path = os.environ.get(JOB_DIR_ENV)
+    if path is None or not os.path.isdir(path):
+        path = os.environ[JOB_DIR_ENV] = tempfile.mkdtemp(prefix="monarch-job-")
+        if os.environ.get("MONARCH_ROLE") != "proc":
+            atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def listen_address() -> Address:
+    """Where this process listens: the configured kind; Unix sockets in the job's folder."""
+    address = default_listen_address()
+    if address.scheme == "ipc":
+        name = os.path.basename(address.path or "") or f"{uuid.uuid4().hex[:16]}.sock"
+        address = Address("ipc", path=os.path.join(job_dir(), name))
+    return address
+
+
 _runtime: Runtime | None = None
 _lock = threading.Lock()
 
@@ -391,7 +421,7 @@ def _start_controller() -> None:
         loop = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            listener = loop.run_until_complete(listen())
+            listener = loop.run_until_complete(listen(listen_address()))
             runtime = Runtime(loop, listener, "controller")
             from ._controller import install_controller
 

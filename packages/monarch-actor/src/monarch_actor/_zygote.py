@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import os
 import select
+import shutil
 import signal
 import sys
 import time
@@ -47,6 +48,7 @@ def preload() -> None:
 class Zygote:
     def __init__(self, events_fd: int) -> None:
         self.events_fd = events_fd
+        self.controller = os.getppid()
         self.children: set[int] = set()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -139,7 +141,20 @@ class Zygote:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.reap()
+        folder = os.environ.get("MONARCH_JOB_DIR")
+        if folder and not _alive(self.controller):  # it died without cleaning up
+            shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def main() -> None:

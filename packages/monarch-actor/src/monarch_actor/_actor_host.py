@@ -179,7 +179,7 @@ class ActorHost:
             port = header.get("p")
             reply = Port(port[0], port[1], header["b"][0]) if port else _DroppingPort()
             args = (reply, *args)
-        ctx = Context(self.me, message_point(header))  # type: ignore[arg-type]
+        ctx = Context(self.me, header=header)  # type: ignore[arg-type]
         if ep.is_async:
             return self._call_async(header, ep, ctx, args, kwargs)
         token = set_current(ctx)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from monarch_mesh import Extent, Point
 
@@ -86,9 +86,24 @@ class Instance:
 class Context:
     """What ``context()`` returns: ``actor_instance`` and ``message_rank``."""
 
-    def __init__(self, actor_instance: Instance, message_rank: Point) -> None:
+    __slots__ = ("_header", "_rank", "actor_instance")
+
+    def __init__(
+        self,
+        actor_instance: Instance,
+        message_rank: Point | None = None,
+        header: dict[str, Any] | None = None,
+    ) -> None:
         self.actor_instance = actor_instance
-        self.message_rank = message_rank
+        self._rank = message_rank
+        self._header = header  # the message's header: its rank is worked out when asked
+
+    @property
+    def message_rank(self) -> Point:
+        if self._rank is None:
+            labels, _offset, sizes, _strides = self._header["s"]  # type: ignore[index]
+            self._rank = Point(self._header["b"][0], Extent(labels, sizes))  # type: ignore[index]
+        return self._rank
 
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(

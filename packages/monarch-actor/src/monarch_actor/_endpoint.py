@@ -50,7 +50,7 @@ class _Gather:
     def open(self, addresses: list[str]) -> list[str | int]:
         self.addresses = addresses
         self.pid = self.runtime.open_port(self.deliver, self.lost)
-        self.runtime.watch(self.pid, sorted(set(addresses)))
+        self.runtime.watch(self.pid, addresses if len(addresses) == 1 else list(set(addresses)))
         return [self.runtime.address, self.pid]
 
     def deliver(self, header: dict[str, Any], frames: Frames) -> None:

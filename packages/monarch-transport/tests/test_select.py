@@ -69,6 +69,24 @@ def test_inproc_addresses_stay_in_process():
     assert done.stdout.split() == ["inproc", "inproc", "ping"], done.stderr
 
 
+@pytest.mark.parametrize(
+    ("setup", "env", "expected"),
+    [
+        ('prefer_backend("socket")', {}, "socket"),
+        ('prefer_backend("socket")', {"MONARCH_TRANSPORT": "nng"}, "nng"),
+        ('enable_transport("nng"); prefer_backend("socket")', {}, "nng"),
+    ],
+)
+def test_a_preferred_backend_yields_to_configuration(setup, env, expected):
+    code = SEND_ONE.format(
+        extra="prefer_backend, enable_transport", setup=setup, address='"tcp://127.0.0.1:0"'
+    )
+    clean = {"MONARCH_TRANSPORT": ""} if not env else env
+    done = run(code, **clean)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == expected
+
+
 def test_enable_transport_after_use_is_an_error():
     code = """
         import asyncio

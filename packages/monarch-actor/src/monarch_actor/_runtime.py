@@ -40,6 +40,7 @@ from monarch_transport import (
     encode_header,
     listen,
     new_event_loop,
+    prefer_backend,
 )
 
 from ._config import cast_fanout
@@ -414,7 +415,15 @@ def get_runtime() -> Runtime:
         return _runtime
 
 
+# The actor runtime's backend unless configured: measured on a 2-core machine,
+# plain sockets carry a call_one round trip, a call to 8 actors and a
+# broadcast far faster than pynng (docs/benchmarks.md); MONARCH_TRANSPORT=nng
+# or enable_transport("nng") still choose nng.
+RUNTIME_BACKEND = "socket"
+
+
 def _start_controller() -> None:
+    prefer_backend(RUNTIME_BACKEND)  # before the first listener; procs inherit it
     started: concurrent.futures.Future[Runtime] = concurrent.futures.Future()
 
     def main() -> None:

@@ -43,7 +43,14 @@ from ._interface import (
     Transport,
 )
 from ._loop import new_event_loop, run
-from ._select import connect, default_listen_address, enable_transport, listen, transport_for
+from ._select import (
+    connect,
+    default_listen_address,
+    enable_transport,
+    listen,
+    prefer_backend,
+    transport_for,
+)
 
 __all__ = [
     "SECRET_ENV",
@@ -77,6 +84,7 @@ __all__ = [
     "job_secret",
     "listen",
     "new_event_loop",
+    "prefer_backend",
     "run",
     "transport_for",
 ]

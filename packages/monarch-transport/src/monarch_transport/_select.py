@@ -15,7 +15,14 @@ from ._interface import Listener, Sender, Settings, Transport
 from ._nng import NngTransport
 from ._socket import SocketTransport
 
-__all__ = ["connect", "default_listen_address", "enable_transport", "listen", "transport_for"]
+__all__ = [
+    "connect",
+    "default_listen_address",
+    "enable_transport",
+    "listen",
+    "prefer_backend",
+    "transport_for",
+]
 
 BACKEND_ENV = "MONARCH_TRANSPORT"
 BACKENDS: dict[str, type[Transport]] = {"nng": NngTransport, "socket": SocketTransport}
@@ -58,8 +65,19 @@ def enable_transport(transport: ChannelTransport | str) -> None:
             _choice.listen_on = ChannelTransport.from_name(transport)
 
 
+def prefer_backend(name: str) -> None:
+    """Make ``name`` the backend of this process, and of the processes it
+    starts, unless ``$MONARCH_TRANSPORT`` or ``enable_transport()`` chose one:
+    a runtime's own default, which configuration still overrides."""
+    if name not in BACKENDS:
+        raise TransportError(f"{name!r} is not a transport; use one of {sorted(BACKENDS)}")
+    with _choice.lock:
+        if _choice.backend is None and not os.environ.get(BACKEND_ENV):  # empty means unset
+            os.environ[BACKEND_ENV] = name
+
+
 def backend_name() -> str:
-    name = _choice.backend or os.environ.get(BACKEND_ENV, "nng")
+    name = _choice.backend or os.environ.get(BACKEND_ENV) or "nng"
     if name not in BACKENDS:
         raise TransportError(
             f"{BACKEND_ENV}={name!r} is not a transport; use one of {sorted(BACKENDS)}"

@@ -81,7 +81,7 @@ def test_a_preferred_backend_yields_to_configuration(setup, env, expected):
     code = SEND_ONE.format(
         extra="prefer_backend, enable_transport", setup=setup, address='"tcp://127.0.0.1:0"'
     )
-    clean = {"MONARCH_TRANSPORT": ""} if not env else env
+    clean = env or {"MONARCH_TRANSPORT": ""}  # empty counts as unset
     done = run(code, **clean)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == expected

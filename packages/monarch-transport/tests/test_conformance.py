@@ -68,6 +68,21 @@ async def test_send_nowait_keeps_order_with_send(backend):
                 assert taken > 0, "small messages to an idle connection go out without waiting"
 
 
+async def test_send_many_nowait_keeps_order(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        async with await transport.connect(inbox.address, settings()) as out:
+            messages = [[b"%d" % n, b"z" * (70_000 if n == 5 else n)] for n in range(12)]
+            sent = out.send_many_nowait(messages)
+            assert 0 <= sent <= len(messages)
+            for frames in messages[sent:]:
+                await out.send(frames)
+            for n in range(12):
+                event = await next_event(inbox)
+                assert bytes(event.frames[0]) == b"%d" % n
+                assert len(event.frames[1]) == len(messages[n][1])
+
+
 async def test_large_message(backend):
     transport, address = backend
     payload = os.urandom(8 << 20)

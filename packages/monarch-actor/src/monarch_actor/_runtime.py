@@ -68,8 +68,10 @@ class PortEntry:
 
 
 class Outbox:
-    """The ordered way out to one address: messages queue here while the
-    connection is made and whenever the transport pushes back."""
+    """The ordered way out to one address. Messages posted during one turn of
+    the loop leave together at its end (one system call for a burst of
+    broadcasts or replies); they queue here while the connection is made and
+    whenever the transport pushes back."""
 
     def __init__(self, runtime: Runtime, address: str) -> None:
         self.runtime = runtime
@@ -77,24 +79,34 @@ class Outbox:
         self.queue: collections.deque[Frames] = collections.deque()
         self.sender: Sender | None = None
         self.draining = False
+        self.flushing = False
         self.failure: str | None = None
 
     def put(self, frames: Frames) -> None:
         if self.failure is not None:
             self.runtime.undeliverable(frames, self.address, self.failure)
             return
-        if self.sender is not None and not self.draining:
-            try:
-                if self.sender.send_nowait(frames):  # no task, no wait: the common case
-                    return
+        self.queue.append(frames)
+        if not self.draining and not self.flushing:
+            self.flushing = True
+            self.runtime.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.flushing = False
+        if self.draining or not self.queue or self.failure is not None:
+            return
+        if self.sender is not None:
+            try:  # no task, no wait: the common case
+                sent = self.sender.send_many_nowait(self.queue)
             except (TransportError, OSError) as error:
-                self.queue.append(frames)
                 self.fail(f"cannot reach {self.address}: {error}")
                 return
-        self.queue.append(frames)
-        if not self.draining:
-            self.draining = True
-            self.runtime.loop.create_task(self._drain())
+            for _ in range(sent):
+                self.queue.popleft()
+            if not self.queue:
+                return
+        self.draining = True
+        self.runtime.loop.create_task(self._drain())
 
     async def _drain(self) -> None:
         try:
@@ -349,7 +361,9 @@ class Runtime:
     async def flush(self, timeout: float) -> None:
         """Wait until every outbox has handed its messages to the transport."""
         deadline = self.loop.time() + timeout
-        while any(o.queue or o.draining for o in self.outboxes.values() if o.failure is None):
+        while any(
+            o.queue or o.draining or o.flushing for o in self.outboxes.values() if o.failure is None
+        ):
             if self.loop.time() > deadline:
                 return
             await asyncio.sleep(0.005)

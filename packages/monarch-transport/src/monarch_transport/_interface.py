@@ -203,6 +203,17 @@ class Sender(_Closing):
         returns False. Raises what ``send`` raises."""
         return False
 
+    def send_many_nowait(self, messages: Sequence[Sequence[Buffer]]) -> int:
+        """Queue as many of ``messages`` as go without waiting, in order, and
+        say how many did; backends that can write them all in one system
+        call do (``socket``)."""
+        sent = 0
+        for frames in messages:
+            if not self.send_nowait(frames):
+                break
+            sent += 1
+        return sent
+
     @property
     @abstractmethod
     def closed(self) -> bool:

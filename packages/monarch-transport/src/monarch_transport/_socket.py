@@ -337,6 +337,21 @@ class SocketSender(Sender):
         transport.write(pieces[0])
         return True
 
+    def send_many_nowait(self, messages: Sequence[Sequence[Buffer]]) -> int:
+        conn = self._conn
+        transport = conn.transport
+        if conn.paused or self._lock.locked() or conn.reason or transport is None:
+            return 0
+        chunks = []
+        for frames in messages:
+            pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
+            if len(pieces) != 1:
+                break  # a large message goes out in chunks, by send()
+            chunks.append(pieces[0])
+        if chunks:
+            transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        return len(chunks)
+
     async def send(self, frames: Sequence[Buffer]) -> None:
         conn = self._conn
         pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)

@@ -91,8 +91,7 @@ class InferenceEngine(Actor):
 engine = procs.slice(gpus=0).spawn("engine", InferenceEngine)
 slow = engine.infer.call_one("slow", 0.5)
 fast = engine.infer.call_one("fast", 0.0)
-assert fast.get() == "FAST"
-assert not slow.done() or slow.get() == "SLOW"
+assert fast.get() == "FAST"  # answered while the slow request still waits
 assert slow.get() == "SLOW"
 
 

@@ -3,9 +3,11 @@ ratios into docs/benchmarks.md.
 
     hatch run bench mesh            # measure, print the table
     hatch run bench mesh --write    # ... and update docs/benchmarks.md
+    hatch run bench actor --write   # actors: ours, Monarch and Ray; draws the plot
 
 torchmonarch is installed into a virtual environment of its own (its module
-name clashes with ours), created on first use under .bench-venvs/.
+name clashes with ours), created on first use under .bench-venvs/; so is Ray
+for the actor suite.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import os
 import platform
 import re
 import subprocess
+import signal
 import sys
+import tempfile
+import time
 import venv
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -27,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = Path(__file__).resolve().parent
 VENVS = ROOT / ".bench-venvs"
 MONARCH = ("torch==2.13.0", "torchmonarch==0.7.0")
+RAY = ("ray",)
+CONSTRAINTS = ROOT / "tools" / "constraints.txt"
 console = Console(stderr=True)
 
 
@@ -125,7 +133,165 @@ def transport(args: argparse.Namespace) -> str:
     return "\n".join([f"Measured on {machine}.", "", *rows])
 
 
-SUITES = {"mesh": mesh, "transport": transport}
+def ray_python(explicit: str | None) -> Path:
+    """A Python with Ray, made on first use."""
+    if explicit:
+        return Path(explicit)
+    python = VENVS / "ray" / "bin" / "python"
+    if not python.exists():
+        console.print(f"[bold]creating {python.parent.parent}[/] with {', '.join(RAY)} ...")
+        venv.create(python.parent.parent, with_pip=True)
+        pip = [python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS]
+        subprocess.run([*pip, *RAY], check=True)
+    return python
+
+
+def run_json(python: Path | str, argv: list[str], timeout: float) -> dict[str, Any] | None:
+    """Run a benchmark script, return the JSON object on its last line; None if
+    it fails or overruns (its whole process group is killed then)."""
+    console.print(f"running {Path(argv[0]).name} {' '.join(argv[1:])} with {python} ...")
+    proc = subprocess.Popen(
+        [str(python), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        console.print(f"[red]timed out after {timeout:.0f} s[/]")
+    lines = out.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])  # type: ignore[no-any-return]
+    console.print(f"[red]failed (exit {proc.returncode})[/]:\n" + "\n".join(err.splitlines()[-25:]))
+    return None
+
+
+# (key, measure, "time" or "rate", unit of a rate, target: (≤ or ≥, factor) or None)
+ACTOR_ROWS: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...] = (
+    ("spawn8", "spawn 8 procs + actors, first call to all back", "time", "", ("≤", 0.5)),
+    ("call_one", "call_one round trip, one actor", "time", "", ("≤", 0.25)),
+    ("call8", "call to 8 actors and gather", "time", "", ("≤", 0.25)),
+    ("pipelined", "5,000 pipelined calls to one actor", "rate", "calls/s", ("≥", 3.0)),
+    ("broadcast", "broadcast to 8 actors", "rate", "broadcasts/s", ("≥", 3.0)),
+    ("echo_1m", "1 MiB echo", "rate", "GB/s", None),
+    ("echo_64m", "64 MiB echo", "rate", "GB/s", ("≥", 2.0)),
+)
+
+
+def rate(value: float, unit: str) -> str:
+    return f"{value / 1e9:.2f} GB/s" if unit == "GB/s" else f"{value:,.0f} {unit}"
+
+
+def actor(args: argparse.Namespace) -> str:
+    began = time.perf_counter()
+    bench = str(BENCH / "actor_bench.py")
+    repeat = ["--repeat", str(args.repeat)]
+    monarch = monarch_python(args.monarch_python)
+    results = {
+        "ours": run_json(sys.executable, [bench, "--impl", "ours", *repeat], 540),
+        "Monarch 0.7.0": run_json(monarch, [bench, "--impl", "monarch", *repeat], 540),
+        "Ray": run_json(
+            ray_python(args.ray_python), [str(BENCH / "ray_actor_bench.py"), *repeat], 540
+        ),
+    }
+    ours, theirs, ray = (results[k] or {} for k in ("ours", "Monarch 0.7.0", "Ray"))
+
+    def cell(result: dict[str, Any], key: str, kind: str, unit: str) -> str:
+        if key not in result:
+            return "failed" if not result else "n/a"
+        return duration(result[key]) if kind == "time" else rate(result[key], unit)
+
+    header = ("measure", "ours", "Monarch 0.7.0", "Ray", "ours / Monarch", "target", "")
+    table = Table(title="actors: ours, Monarch 0.7.0 and Ray, 8 processes on this host")
+    for column in header:
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    rows = ["| " + " | ".join(header) + " |", "|---|---|---|---|---|---|---|"]
+    for key, name, kind, unit, target in ACTOR_ROWS:
+        ratio, goal, verdict = "—", "—", "—"
+        if target:
+            goal = f"{target[0]} {target[1]:g}× {kind}"
+        if key in ours and key in theirs:
+            value = ours[key] / theirs[key]
+            ratio = f"{value:.2f}× {kind}"
+            if target:
+                met = value <= target[1] if target[0] == "≤" else value >= target[1]
+                verdict = "**met**" if met else "missed"
+        cells = (name, *(cell(r, key, kind, unit) for r in (ours, theirs, ray)), ratio, goal)
+        table.add_row(*cells, verdict)
+        rows.append("| " + " | ".join((*cells, verdict)) + " |")
+    Console().print(table)
+
+    sweeps = {label: (r or {}).get("sweep") or {} for label, r in results.items()}
+    sizes = sorted({int(n) for sweep in sweeps.values() for n in sweep})
+    sweep_header = (
+        "procs",
+        *(f"call: {label}" for label in sweeps),
+        "ours / Monarch (time)",
+        *(f"spawn: {label}" for label in sweeps),
+    )
+    sweep_rows = ["| " + " | ".join(sweep_header) + " |", "|" + "---|" * len(sweep_header)]
+    table = Table(title="call().get() to every actor, by mesh size (median)")
+    for column in sweep_header:
+        table.add_column(column, justify="right")
+    for n in sizes:
+        got = [sweep.get(str(n)) for sweep in sweeps.values()]
+        ours_n, theirs_n = sweeps["ours"].get(str(n)), sweeps["Monarch 0.7.0"].get(str(n))
+        ratio = f"{ours_n['call'] / theirs_n['call']:.2f}×" if ours_n and theirs_n else "—"
+        cells = (
+            str(n),
+            *(duration(g["call"]) if g else "—" for g in got),
+            ratio,
+            *(duration(g["spawn"]) if g else "—" for g in got),
+        )
+        table.add_row(*cells)
+        sweep_rows.append("| " + " | ".join(cells) + " |")
+    Console().print(table)
+
+    if args.write and any(sweeps.values()):
+        image = ROOT / "docs" / "img" / "broadcast-latency.png"
+        image.parent.mkdir(parents=True, exist_ok=True)
+        check = subprocess.run([monarch, "-c", "import matplotlib"], capture_output=True)
+        if check.returncode:
+            console.print(f"installing matplotlib into {monarch.parent.parent} ...")
+            pip = [monarch, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, "matplotlib"]
+            subprocess.run(pip, check=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            specs = []
+            for label, result in results.items():
+                if result and result.get("sweep"):
+                    path = Path(tmp) / f"{len(specs)}.json"
+                    path.write_text(json.dumps(result))
+                    specs.append(f"{label}={path}")
+            subprocess.run([monarch, bench, "--plot", *specs, "--out", image], check=True)
+        console.print(f"drew {image.relative_to(ROOT)}")
+
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    ray_version = f"Ray {ray['version']}" if "version" in ray else "Ray"
+    took = time.perf_counter() - began
+    return "\n".join(
+        [
+            f"Measured on {machine}, against Monarch 0.7.0 and {ray_version}; the suite took "
+            f"{took / 60:.1f} minutes. Round trips are medians; spawn, rates and the 64 MiB echo "
+            f"the best of {args.repeat} runs (the 1 MiB echo a median of 50). The ratio is "
+            "ours / Monarch as *time* for times (below 1× is faster) and as *rate* for rates "
+            "(above 1× is faster); echo rates count the bytes both ways.",
+            "",
+            *rows,
+            "",
+            "By mesh size (`call().get()` with a tiny payload to every actor, median; spawn as "
+            "in the first row):",
+            "",
+            *sweep_rows,
+        ]
+    )
+
+
+SUITES = {"mesh": mesh, "transport": transport, "actor": actor}
 
 
 def write_section(name: str, body: str) -> None:
@@ -150,6 +316,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per operation; the best counts")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--monarch-python", help="a Python that has torchmonarch 0.7.0 installed")
+    parser.add_argument("--ray-python", help="a Python that has Ray installed (actor suite)")
     args = parser.parse_args()
     body = SUITES[args.suite](args)
     if args.write:

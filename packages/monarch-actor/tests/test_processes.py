@@ -176,3 +176,17 @@ def test_broadcasts_travel_down_a_tree():
     out, err = script.communicate(timeout=60)
     assert script.returncode == 0, err
     assert out.strip() == str([5, 5, 5, 6, 6, 6, 5, 5, 5])
+
+
+def test_stopping_a_slice_stops_only_its_processes():
+    from actors import Probe
+
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    probes = procs.spawn("p", Probe)
+    pids = [s["pid"] for s in probes.where.call().get().values()]
+    procs.slice(gpus=slice(0, 2)).stop().get(timeout=30)
+    assert wait_gone(pids[:2], 1.0) == []
+    assert alive(pids[2])
+    assert probes.slice(gpus=2).echo.call_one("still here").get(timeout=10) == "still here"
+    procs.slice(gpus=2).stop().get(timeout=30)
+    assert wait_gone(pids[2:], 1.0) == []

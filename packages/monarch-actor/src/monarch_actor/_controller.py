@@ -193,11 +193,10 @@ def proc_exited(runtime: Runtime, table: Any, rank: int, code: int) -> None:
     address = table.addresses[rank]
     reason = f"process {table.name}-{rank} exited with code {code}"
     table.pids.pop(rank, None)
-    emit(ProcExited(table.id, rank, code, expected=table.stopped))
-    if not table.pids:
-        for waiter in table.__dict__.pop("reaped", []):
-            waiter.set_result(None)
-    if table.stopped:
+    expected = rank in table.stopping
+    emit(ProcExited(table.id, rank, code, expected=expected))
+    table.notify_exits()
+    if expected:
         return
     if not table.ready:
         table.failure = reason
@@ -244,8 +243,7 @@ def stop_procs(mesh: Any, reason: str) -> Future[None]:
     ranks = list(mesh._shape.ndslice)
 
     def go() -> None:
-        if table.owned and len(ranks) == table.size:
-            table.stopped = True
+        table.stopping.update(ranks)
         gather = _Gather(runtime, len(ranks), "all", mesh._shape)
         addresses = [table.addresses[r] or "" for r in ranks]
         port = gather.open(addresses)
@@ -255,14 +253,10 @@ def stop_procs(mesh: Any, reason: str) -> Future[None]:
         runtime.loop.call_later(STOP_TIMEOUT, kill_left)
 
     def reaped() -> None:
-        if not table.owned:
+        if table.owned:
+            table.when_exited(ranks, lambda: _settle(done))
+        else:  # a mesh another process owns: its answers are all we get
             _settle(done)
-            return
-        left = [table.pids[r] for r in ranks if r in table.pids]
-        if not left:
-            _settle(done)
-        else:
-            table.__dict__.setdefault("reaped", []).append(_Settler(done))
 
     def kill_left() -> None:
         agent = _agents.get(runtime.address)
@@ -274,14 +268,6 @@ def stop_procs(mesh: Any, reason: str) -> Future[None]:
 
     runtime.call_soon(table.when_ready, go)
     return Future._of(done)
-
-
-class _Settler:
-    def __init__(self, done: concurrent.futures.Future[None]) -> None:
-        self.done = done
-
-    def set_result(self, _: None) -> None:
-        _settle(self.done)
 
 
 def _settle(done: concurrent.futures.Future[None]) -> None:

@@ -45,10 +45,15 @@ class ProcTable:
         if self.ready:
             self.ready_event.set()
         self.pending: list[Callable[[], None]] = []
-        self.pids: dict[int, int] = {}
+        self.pids: dict[int, int] = {}  # rank -> pid, while the process lives
+        self.exit_waiters: list[tuple[list[int], Callable[[], None]]] = []
         self.failure: str | None = None
         self.owned = False
-        self.stopped = False
+        self.stopping: set[int] = set()  # ranks asked to stop: their exit is no failure
+
+    @property
+    def stopped(self) -> bool:
+        return len(self.stopping) == self.size
 
     def when_ready(self, fn: Callable[[], None]) -> None:  # on the loop
         if self.ready:
@@ -62,6 +67,20 @@ class ProcTable:
         pending, self.pending = self.pending, []
         for fn in pending:
             fn()
+
+    def when_exited(self, ranks: list[int], fn: Callable[[], None]) -> None:  # on the loop
+        """Call ``fn`` once every process of ``ranks`` has exited."""
+        self.exit_waiters.append((ranks, fn))
+        self.notify_exits()
+
+    def notify_exits(self) -> None:  # on the loop
+        waiting = []
+        for ranks, fn in self.exit_waiters:
+            if any(rank in self.pids for rank in ranks):
+                waiting.append((ranks, fn))
+            else:
+                fn()
+        self.exit_waiters = waiting
 
     def wait_ready(self, runtime: Runtime) -> list[str]:
         if not self.ready_event.is_set():

@@ -17,7 +17,7 @@ from monarch_transport import listen, new_event_loop
 
 from ._controller import install_proc_handlers
 from ._logs import capture_output
-from ._runtime import Runtime, install, listen_address
+from ._runtime import Runtime, install, join_job, listen_address
 
 log = logging.getLogger("monarch.actor.proc")
 
@@ -25,7 +25,7 @@ log = logging.getLogger("monarch.actor.proc")
 def main(blob: bytes) -> int:
     info: dict[str, Any] = pickle.loads(blob)
     os.environ.update(info["env"])
-    os.environ["MONARCH_ROLE"] = "proc"
+    join_job(os.environ["MONARCH_JOB_DIR"])
     sys.argv = [info.get("argv0", "monarch-proc")]
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

@@ -221,17 +221,10 @@ class Runtime:
         s = shape.ndslice
         header["s"] = [shape.labels, s.offset, s.sizes, s.strides]
         for branch in Branch(-1, len(addresses)).children(self.fanout):
-            self._send_branch(
-                header, frames, branch, addresses[branch.first : branch.stop], branch.first
-            )
+            self._send_branch(header, frames, branch, addresses[branch.first : branch.stop])
 
     def _send_branch(
-        self,
-        header: dict[str, Any],
-        frames: Frames,
-        branch: Branch,
-        addresses: Sequence[str],
-        base: int,
+        self, header: dict[str, Any], frames: Frames, branch: Branch, addresses: Sequence[str]
     ) -> None:
         sub = dict(header)
         sub["b"] = [branch.first, branch.stop]
@@ -243,7 +236,7 @@ class Runtime:
         addresses = header["d"]
         for child in Branch(first, stop).children(self.fanout):
             lo, hi = child.first - first, child.stop - first
-            self._send_branch(header, frames, child, addresses[lo:hi], child.first)
+            self._send_branch(header, frames, child, addresses[lo:hi])
 
     # -- ports -------------------------------------------------------------------------
 
@@ -383,15 +376,24 @@ class Runtime:
 JOB_DIR_ENV = "MONARCH_JOB_DIR"
 
 
+_job_dir: str | None = None
+
+
 def job_dir() -> str:
     """A folder of this job's own (Unix sockets live there), made by the
-    controller and removed when it ends; its procs inherit it."""
-    path = os.environ.get(JOB_DIR_ENV)
-    if path is None or not os.path.isdir(path):
-        path = os.environ[JOB_DIR_ENV] = tempfile.mkdtemp(prefix="monarch-job-")
-        if os.environ.get("MONARCH_ROLE") != "proc":
-            atexit.register(shutil.rmtree, path, True)
-    return path
+    controller and removed when it ends; its procs inherit it. A controller
+    always makes its own, even when started by another job's process."""
+    global _job_dir
+    if _job_dir is None:
+        _job_dir = os.environ[JOB_DIR_ENV] = tempfile.mkdtemp(prefix="monarch-job-")
+        atexit.register(shutil.rmtree, _job_dir, True)
+    return _job_dir
+
+
+def join_job(folder: str) -> None:
+    """In a proc: use the job folder of the controller that started it."""
+    global _job_dir
+    _job_dir = folder
 
 
 def listen_address() -> Address:

@@ -36,6 +36,7 @@ from typing import Any, Final
 import cloudpickle  # type: ignore[import-untyped]
 import msgpack  # type: ignore[import-untyped]
 
+from ._buffers import owning_bytes
 from ._errors import DecodeError, EncodeError, MessageTooLarge
 
 __all__ = [
@@ -570,7 +571,10 @@ class _Unpickler(pickle.Unpickler):
         kind, buffer = pid
         value: bytes | bytearray
         if kind == _BYTES:
-            value = buffer if type(buffer) is bytes else bytes(buffer)
+            if type(buffer) is bytes:
+                value = buffer
+            else:  # a frame received into a bytes object of its own is that object
+                value = owning_bytes(memoryview(buffer)) or bytes(buffer)
         elif kind == _BYTEARRAY:
             value = buffer if type(buffer) is bytearray else bytearray(buffer)
         else:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from ._address import Address
 from ._auth import ClientHandshake, ServerHandshake
+from ._buffers import fresh_buffer
 from ._errors import (
     AuthenticationError,
     ConnectError,
@@ -49,6 +50,7 @@ log = logging.getLogger("monarch.transport.socket")
 READ_BUFFER = 1 << 18
 SMALL = 1 << 16  # messages up to this size are joined into one write
 DIRECT = 1 << 16  # frames from this size on are received in place
+SOCKET_BUFFER = 4 << 20  # asked of the kernel for each direction (it may cap it)
 CHUNK = 1 << 20  # large frames are written a chunk at a time, so buffering stays small
 
 
@@ -132,10 +134,10 @@ class _Framer:
                     frames.append(memoryview(bytearray(view)))
                     self._start += length
                 elif length >= DIRECT:
-                    out = bytearray(length)
+                    out = fresh_buffer(length)
                     out[:have] = memoryview(self._buf)[self._start : self._end]
                     self._start = self._end
-                    self._direct, self._filled = memoryview(out), have
+                    self._direct, self._filled = out, have
                     return
                 else:
                     self._available(length)
@@ -169,8 +171,13 @@ class _Connection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         transport.set_write_buffer_limits(high=4 * CHUNK)  # type: ignore[attr-defined]
         sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family != socket.AF_UNIX:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock is not None:
+            # big kernel buffers: a large message crosses in a few system calls
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+            if sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.framer.get_buffer(sizehint)

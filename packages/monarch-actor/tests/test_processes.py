@@ -98,10 +98,10 @@ def test_output_streams_to_the_controller_tagged_with_rank():
         asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=None))
         actors = procs.spawn("talk", Pid)
         actors.slice(gpus=1).say.call_one("hello from one").get()
-        time.sleep(0.5)  # output travels on its own path: let it arrive before the switch
+        time.sleep(1.0)  # output travels on its own path: let it arrive before the switch
         asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=1))
         actors.say.call("same everywhere").get()
-        time.sleep(1.5)
+        time.sleep(2.5)
         procs.stop().get()
         """
     )

@@ -190,3 +190,30 @@ def test_stopping_a_slice_stops_only_its_processes():
     assert probes.slice(gpus=2).echo.call_one("still here").get(timeout=10) == "still here"
     procs.slice(gpus=2).stop().get(timeout=30)
     assert wait_gone(pids[2:], 1.0) == []
+
+
+def test_a_call_to_a_killed_process_fails_instead_of_hanging():
+    from actors import Probe
+
+    import monarch_actor
+    from monarch_actor import SupervisionError
+
+    faults = []
+    original = monarch_actor.unhandled_fault_hook
+    monarch_actor.unhandled_fault_hook = faults.append
+    try:
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        probes = procs.spawn("p", Probe)
+        victim = probes.slice(gpus=1)
+        pid = victim.where.call_one().get(timeout=30)["pid"]
+        pending = victim.sleep.call_one(30.0)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(SupervisionError, match="exited|lost|reach"):
+            pending.get(timeout=10)
+        with pytest.raises(SupervisionError):
+            victim.echo.call_one(1).get(timeout=10)
+        assert probes.slice(gpus=0).echo.call_one(2).get(timeout=10) == 2
+        procs.stop().get(timeout=30)
+    finally:
+        monarch_actor.unhandled_fault_hook = original
+    assert any("exited" in f.report() for f in faults)

@@ -208,7 +208,7 @@ def test_a_call_to_a_killed_process_fails_instead_of_hanging():
         pid = victim.where.call_one().get(timeout=30)["pid"]
         pending = victim.sleep.call_one(30.0)
         os.kill(pid, signal.SIGKILL)
-        with pytest.raises(SupervisionError, match="exited|lost|reach"):
+        with pytest.raises(SupervisionError, match=r"exited|lost|reach"):
             pending.get(timeout=10)
         with pytest.raises(SupervisionError):
             victim.echo.call_one(1).get(timeout=10)

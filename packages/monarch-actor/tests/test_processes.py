@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from monarch_actor import this_host
+from monarch_actor import Actor, endpoint, this_host
 
 SCRIPT_HEAD = textwrap.dedent(
     """
@@ -217,3 +217,44 @@ def test_a_call_to_a_killed_process_fails_instead_of_hanging():
     finally:
         monarch_actor.unhandled_fault_hook = original
     assert any("exited" in f.report() for f in faults)
+
+
+def set_flag():
+    os.environ["BOOTSTRAPPED"] = "yes"
+
+
+def fail_bootstrap():
+    raise RuntimeError("no GPUs here")
+
+
+def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
+    from actors import Probe
+
+    import monarch_actor
+    from monarch_actor import SupervisionError
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=set_flag)
+    seen = procs.spawn("p", Probe).echo.call(os.environ.get("BOOTSTRAPPED")).get(timeout=30)
+    assert seen.values() == [None, None]  # the controller's own environment is untouched
+    env = procs.spawn("q", Env).get.call("BOOTSTRAPPED").get(timeout=30)
+    assert env.values() == ["yes", "yes"]
+    procs.stop().get(timeout=30)
+
+    faults = []
+    original = monarch_actor.unhandled_fault_hook
+    monarch_actor.unhandled_fault_hook = faults.append
+    try:
+        broken = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=fail_bootstrap)
+        with pytest.raises(RuntimeError, match="failed to start"):
+            broken.initialized.get(timeout=30)
+        with pytest.raises(SupervisionError, match="never started"):
+            broken.spawn("p", Probe).echo.call_one(1).get(timeout=30)
+    finally:
+        monarch_actor.unhandled_fault_hook = original
+    assert faults and "exited with code 1" in faults[0].report()
+
+
+class Env(Actor):
+    @endpoint
+    def get(self, name: str) -> str | None:
+        return os.environ.get(name)

@@ -217,7 +217,7 @@ class ProcMesh(MeshOps):
 
     def _known(self) -> ProcMesh | None:
         """This mesh, where it can be pickled now (refs elsewhere, or started)."""
-        return self if self._table.ready else None
+        return self if self._table.ready and self._table.failure is None else None
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every actor (running ``__cleanup__``) and every process of this mesh."""

@@ -200,6 +200,9 @@ class Runtime:
             )
             self.loop.call_soon(self.dispatch, local)
             return
+        if not address:  # a process of a mesh that failed to start
+            self.undeliverable(frames, "a process", "the process never started")
+            return
         outbox = self.outboxes.get(address)
         if outbox is None:
             outbox = self.outboxes[address] = Outbox(self, address)

@@ -213,6 +213,9 @@ def test_a_call_to_a_killed_process_fails_instead_of_hanging():
         with pytest.raises(SupervisionError):
             victim.echo.call_one(1).get(timeout=10)
         assert probes.slice(gpus=0).echo.call_one(2).get(timeout=10) == 2
+        deadline = time.monotonic() + 10  # the agent's report of the exit comes on its own path
+        while not any("exited" in f.report() for f in faults) and time.monotonic() < deadline:
+            time.sleep(0.02)
         procs.stop().get(timeout=30)
     finally:
         monarch_actor.unhandled_fault_hook = original

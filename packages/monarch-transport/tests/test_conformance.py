@@ -83,6 +83,24 @@ async def test_send_many_nowait_keeps_order(backend):
                 assert len(event.frames[1]) == len(messages[n][1])
 
 
+async def test_deliver_to_hands_every_event_to_a_handler(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        events = []
+        inbox.deliver_to(events.append)
+        out = await transport.connect(inbox.address, settings(name="bob"))
+        for n in range(30):
+            await out.send([b"%d" % n])
+        await out.aclose()
+        deadline = asyncio.get_running_loop().time() + 10
+        while not any(isinstance(e, PeerLeft) for e in events):
+            assert asyncio.get_running_loop().time() < deadline, events
+            await asyncio.sleep(0.01)
+        received = [bytes(e.frames[0]) for e in events if isinstance(e, Received)]
+        assert received == [b"%d" % n for n in range(30)]
+        assert isinstance(events[-1], PeerLeft) and events[-1].peer.name == "bob"
+
+
 async def test_large_message(backend):
     transport, address = backend
     payload = os.urandom(8 << 20)

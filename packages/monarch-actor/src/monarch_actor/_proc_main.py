@@ -51,9 +51,8 @@ def main(blob: bytes) -> int:
         },
         None,
     )
-    server = loop.create_task(runtime.serve())
+    runtime.serve()
     loop.run_until_complete(runtime.stopped.wait())
-    server.cancel()
     loop.run_until_complete(runtime.close())
     sys.stdout.flush()
     sys.stderr.flush()

@@ -291,16 +291,17 @@ class Runtime:
 
     # -- receiving ----------------------------------------------------------------------
 
-    async def serve(self) -> None:
-        while True:
-            event = await self.listener.receive()
-            if isinstance(event, Received):
-                try:
-                    self.dispatch(event.frames)
-                except Exception:
-                    log.exception("could not handle a message from %s", event.peer)
-            elif isinstance(event, PeerLeft):
-                pass  # senders notice a lost peer on their own connection
+    def serve(self) -> None:
+        """Handle every message the listener gets, as it arrives."""
+        self.listener.deliver_to(self._on_event)
+
+    def _on_event(self, event: Received | PeerLeft) -> None:
+        if isinstance(event, Received):
+            try:
+                self.dispatch(event.frames)
+            except Exception:
+                log.exception("could not handle a message from %s", event.peer)
+        # a PeerLeft needs nothing: senders notice a lost peer on their own connection
 
     def dispatch(self, frames: Frames) -> None:
         header = decode_header(frames)
@@ -466,6 +467,5 @@ def _start_controller() -> None:
 
 
 async def _serve_until_stopped(runtime: Runtime) -> None:
-    server = asyncio.ensure_future(runtime.serve())
+    runtime.serve()
     await runtime.stopped.wait()
-    server.cancel()

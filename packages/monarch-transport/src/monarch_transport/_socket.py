@@ -246,6 +246,13 @@ class SocketListener(Listener):
         self._connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
         self._closed = False
+        self._handler: Callable[[Event], None] | None = None
+
+    def deliver_to(self, handler: Callable[[Event], None]) -> None:
+        if self._queue.empty():
+            self._handler = handler  # straight from each connection's read callback
+        else:  # events already wait: keep them in order behind a task
+            super().deliver_to(handler)
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -268,6 +275,8 @@ class SocketListener(Listener):
             if peer is not None:
                 if kind != Kind.DATA:
                     conn.close(f"protocol error: message kind {kind} after the handshake")
+                elif self._handler is not None:
+                    self._handler(Received(peer, frames))
                 elif self._queue.put(Received(peer, frames)) and conn.transport is not None:
                     conn.transport.pause_reading()  # until the consumer catches up
                     self._queue.when_room(conn.transport.resume_reading)
@@ -296,7 +305,10 @@ class SocketListener(Listener):
                     reason,
                 )
             if peer is not None and not self._closed:
-                self._queue.put(PeerLeft(peer, reason))
+                if self._handler is not None:
+                    self._handler(PeerLeft(peer, reason))
+                else:
+                    self._queue.put(PeerLeft(peer, reason))
 
         conn.on_message, conn.on_lost = on_message, on_lost
         self._connections.add(conn)

@@ -300,3 +300,33 @@ def test_get_inside_an_async_endpoint_works(procs):
 
     counters = procs.spawn("counters", Counter, 8).slice(gpus=0)
     assert procs.spawn("blocking", Blocking).slice(gpus=1).ask.call_one(counters).get(10) == 8
+
+
+def test_returns_future_starts_the_body_only_when_waited_for():
+    from monarch_actor import returns_future
+
+    started = []
+
+    @returns_future
+    async def work(x: int) -> int:
+        started.append(x)
+        await asyncio.sleep(0.01)
+        return 2 * x
+
+    later = work(1)
+    assert started == [] and isinstance(later, Future)
+    assert later.get() == 2 and later.get() == 2 and started == [1]
+
+    async def main():
+        return await work(5)
+
+    assert asyncio.run(main()) == 10
+
+    @returns_future
+    async def slow() -> None:
+        await asyncio.sleep(5)
+
+    with pytest.raises(TimeoutError):
+        slow().get(timeout=0.05)
+    with pytest.raises(TypeError, match="async def"):
+        returns_future(lambda: None)

@@ -252,6 +252,7 @@ def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
             broken.initialized.get(timeout=30)
         with pytest.raises(SupervisionError, match="never started"):
             broken.spawn("p", Probe).echo.call_one(1).get(timeout=30)
+        broken.stop().get(timeout=5)  # nothing to stop: done at once, no hang
     finally:
         monarch_actor.unhandled_fault_hook = original
     assert faults and "exited with code 1" in faults[0].report()

@@ -32,6 +32,7 @@ from ._faults import MeshFailure, unhandled_fault_hook
 from ._future import Future
 from ._mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
 from ._port import Channel, Port, PortReceiver, RankedPortReceiver
+from ._returns_future import returns_future
 from ._singletons import get_or_spawn_controller
 from ._value_mesh import ValueMesh
 
@@ -68,6 +69,7 @@ __all__ = [
     "current_size",
     "endpoint",
     "get_or_spawn_controller",
+    "returns_future",
     "send",
     "shutdown_context",
     "this_host",

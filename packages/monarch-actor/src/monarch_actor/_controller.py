@@ -244,8 +244,16 @@ def stop_procs(mesh: Any, reason: str) -> Future[None]:
 
     def go() -> None:
         table.stopping.update(ranks)
-        gather = _Gather(runtime, len(ranks), "all", mesh._shape)
-        addresses = [table.addresses[r] or "" for r in ranks]
+        # only processes that started and still run can answer
+        addresses = [
+            address
+            for rank in ranks
+            if (address := table.addresses[rank]) and (not table.owned or rank in table.pids)
+        ]
+        if not addresses:
+            reaped()
+            return
+        gather = _Gather(runtime, len(addresses), "all", _line(len(addresses)))
         port = gather.open(addresses)
         for position, address in enumerate(addresses):
             runtime.send(address, {"k": "q", "p": port, "r": position, "why": reason}, None)
@@ -268,6 +276,12 @@ def stop_procs(mesh: Any, reason: str) -> Future[None]:
 
     runtime.call_soon(table.when_ready, go)
     return Future._of(done)
+
+
+def _line(size: int) -> Shape:
+    from monarch_mesh import Slice
+
+    return Shape(["rank"], Slice.new_row_major([size]))
 
 
 def _settle(done: concurrent.futures.Future[None]) -> None:

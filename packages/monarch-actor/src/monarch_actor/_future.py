@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 __all__ = ["Future"]
 
 R = TypeVar("R")
-_INTERNAL = object()
+INTERNAL = object()  # the key only the runtime holds to make a Future
 
 
 class Future(Generic[R]):
@@ -26,7 +26,7 @@ class Future(Generic[R]):
     __slots__ = ("_cf",)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        if len(args) != 2 or args[0] is not _INTERNAL:
+        if len(args) != 2 or args[0] is not INTERNAL:
             raise TypeError(
                 "Future objects are returned by Monarch operations and cannot be "
                 "constructed directly."
@@ -35,13 +35,13 @@ class Future(Generic[R]):
 
     @classmethod
     def _of(cls, cf: concurrent.futures.Future[Any]) -> Future[Any]:
-        return cls(_INTERNAL, cf)
+        return cls(INTERNAL, cf)
 
     @classmethod
     def _done(cls, value: Any) -> Future[Any]:
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         cf.set_result(value)
-        return cls(_INTERNAL, cf)
+        return cls(INTERNAL, cf)
 
     def get(self, timeout: float | None = None) -> R:
         """Wait for the result (at most ``timeout`` seconds: then ``TimeoutError``,

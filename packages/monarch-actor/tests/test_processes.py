@@ -16,7 +16,7 @@ SCRIPT_HEAD = textwrap.dedent(
     """
     import os, sys, time, asyncio
     from monarch_actor import Actor, endpoint, this_host, current_rank
-    from monarch_actor._controller import local_agent
+    from monarch_actor._host_agent import local_agent
 
     class Pid(Actor):  # defined in __main__: travels by value
         @endpoint

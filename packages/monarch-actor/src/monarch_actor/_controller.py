@@ -7,125 +7,32 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import itertools
 import logging
-import os
 import socket
-import subprocess
 import sys
 import threading
 import uuid
 from typing import Any
 
-import cloudpickle  # type: ignore[import-untyped]
-import msgpack  # type: ignore[import-untyped]
-
 from monarch_mesh import Shape
-from monarch_transport import SECRET_ENV, decode, job_secret
+from monarch_transport import decode
 
 from ._faults import report_fault
 from ._future import Future
+from ._host_agent import agents
 from ._lifecycle import ProcExited, emit
-from ._runtime import Frames, Runtime, get_runtime, job_dir, maybe_runtime
+from ._runtime import Frames, Runtime, get_runtime, maybe_runtime
 from ._singletons import install_singletons
 
 __all__ = [
     "install_controller",
     "install_proc_handlers",
-    "local_agent",
     "spawn_procs",
     "stop_procs",
 ]
 
 log = logging.getLogger("monarch.actor.controller")
 STOP_TIMEOUT = 10.0  # seconds procs get to stop before they are killed
-
-
-class HostAgent:
-    """The fork server of this host, started on first use, and the procs it started."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.lock = threading.Lock()
-        self.ids = itertools.count()
-        self.owners: dict[int, tuple[Any, int]] = {}  # pid -> (table, rank)
-        self.spawning: dict[int, tuple[Any, int]] = {}  # request id -> (table, rank)
-        read, write = os.pipe()
-        job_secret()  # made now, so the agent and every proc inherit it
-        job_dir()
-        env = dict(os.environ)
-        env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
-        # a script that uses torch will have actors that do: import it once, in the agent
-        env.setdefault("MONARCH_PRELOAD", "torch" if "torch" in sys.modules else "")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "monarch_actor._zygote", str(write)],
-            stdin=subprocess.PIPE,
-            pass_fds=(write,),
-            env=env,
-        )
-        os.close(write)
-        self.events = read
-        threading.Thread(target=self._read_events, name="monarch-host-agent", daemon=True).start()
-
-    def spawn(self, table: Any, rank: int, info: dict[str, Any]) -> None:
-        request = next(self.ids)
-        self.spawning[request] = (table, rank)
-        self._command({"op": "spawn", "id": request, "blob": cloudpickle.dumps(info)})
-
-    def kill(self, pid: int, sig: int = 9) -> None:
-        self._command({"op": "kill", "pid": pid, "sig": sig})
-
-    def _command(self, command: dict[str, Any]) -> None:
-        with self.lock:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.write(msgpack.packb(command))
-                self.process.stdin.flush()
-            except (BrokenPipeError, ValueError) as error:
-                raise RuntimeError(
-                    f"the host agent is gone ({error}); cannot start processes"
-                ) from None
-
-    def _read_events(self) -> None:
-        unpacker = msgpack.Unpacker(raw=False)
-        while True:
-            try:
-                data = os.read(self.events, 1 << 16)
-            except OSError:
-                return
-            if not data:
-                return
-            unpacker.feed(data)
-            for event in unpacker:
-                self.runtime.call_soon(self._on_event, event)
-
-    def _on_event(self, event: dict[str, Any]) -> None:  # on the loop
-        if event["ev"] == "spawned":
-            table, rank = self.spawning.pop(event["id"])
-            self.owners[event["pid"]] = (table, rank)
-            table.pids[rank] = event["pid"]
-        elif event["ev"] == "exited":
-            owner = self.owners.pop(event["pid"], None)
-            if owner is not None:
-                proc_exited(self.runtime, owner[0], owner[1], event["code"])
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(5)
-
-
-_agents: dict[str, HostAgent] = {}
-
-
-def local_agent() -> HostAgent:
-    runtime = get_runtime()
-    agent = _agents.get(runtime.address)
-    if agent is None:
-        agent = _agents[runtime.address] = runtime.run_sync(HostAgent, runtime)
-    return agent
 
 
 def _free_port() -> int:
@@ -267,7 +174,7 @@ def stop_procs(mesh: Any, reason: str) -> Future[None]:
             _settle(done)
 
     def kill_left() -> None:
-        agent = _agents.get(runtime.address)
+        agent = agents.get(runtime.address)
         if agent is not None and not done.done():
             for rank in ranks:
                 pid = table.pids.get(rank)
@@ -451,5 +358,5 @@ def _stop_everything() -> None:
     for future in futures:
         with contextlib.suppress(Exception):
             future.get(STOP_TIMEOUT + 2)
-    for address in list(_agents):
-        _agents.pop(address).close()
+    for address in list(agents):
+        agents.pop(address).close()

@@ -378,7 +378,7 @@ def this_proc() -> ProcMesh:
 
 def this_host() -> HostMesh:
     """The host this code runs on, as a mesh with no dimensions."""
-    from ._controller import local_agent
+    from ._host_agent import local_agent
 
     return HostMesh(Shape.unity(), [local_agent])
 

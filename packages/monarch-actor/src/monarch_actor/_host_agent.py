@@ -1,0 +1,115 @@
+"""The controller's side of the host agent: starts the fork server
+(``_zygote``), asks it for processes, and hears from it which exited."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+import msgpack  # type: ignore[import-untyped]
+
+from monarch_transport import SECRET_ENV, job_secret
+
+from ._runtime import Runtime, get_runtime, job_dir
+
+__all__ = ["HostAgent", "agents", "local_agent"]
+
+
+class HostAgent:
+    """The fork server of this host, started on first use, and the procs it started."""
+
+    def __init__(self, runtime: Runtime, on_exit: Callable[[Any, int, int], None]) -> None:
+        self.runtime = runtime
+        self.on_exit = on_exit  # (proc table, rank, exit code), on the loop
+        self.lock = threading.Lock()
+        self.ids = itertools.count()
+        self.owners: dict[int, tuple[Any, int]] = {}  # pid -> (table, rank)
+        self.spawning: dict[int, tuple[Any, int]] = {}  # request id -> (table, rank)
+        read, write = os.pipe()
+        job_secret()  # made now, so the agent and every proc inherit it
+        job_dir()
+        env = dict(os.environ)
+        env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
+        # a script that uses torch will have actors that do: import it once, in the agent
+        env.setdefault("MONARCH_PRELOAD", "torch" if "torch" in sys.modules else "")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "monarch_actor._zygote", str(write)],
+            stdin=subprocess.PIPE,
+            pass_fds=(write,),
+            env=env,
+        )
+        os.close(write)
+        self.events = read
+        threading.Thread(target=self._read_events, name="monarch-host-agent", daemon=True).start()
+
+    def spawn(self, table: Any, rank: int, info: dict[str, Any]) -> None:
+        request = next(self.ids)
+        self.spawning[request] = (table, rank)
+        self._command({"op": "spawn", "id": request, "blob": cloudpickle.dumps(info)})
+
+    def kill(self, pid: int, sig: int = 9) -> None:
+        self._command({"op": "kill", "pid": pid, "sig": sig})
+
+    def _command(self, command: dict[str, Any]) -> None:
+        with self.lock:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write(msgpack.packb(command))
+                self.process.stdin.flush()
+            except (BrokenPipeError, ValueError) as error:
+                raise RuntimeError(
+                    f"the host agent is gone ({error}); cannot start processes"
+                ) from None
+
+    def _read_events(self) -> None:
+        unpacker = msgpack.Unpacker(raw=False)
+        while True:
+            try:
+                data = os.read(self.events, 1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            unpacker.feed(data)
+            for event in unpacker:
+                self.runtime.call_soon(self._on_event, event)
+
+    def _on_event(self, event: dict[str, Any]) -> None:  # on the loop
+        if event["ev"] == "spawned":
+            table, rank = self.spawning.pop(event["id"])
+            self.owners[event["pid"]] = (table, rank)
+            table.pids[rank] = event["pid"]
+        elif event["ev"] == "exited":
+            owner = self.owners.pop(event["pid"], None)
+            if owner is not None:
+                self.on_exit(owner[0], owner[1], event["code"])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(5)
+
+
+agents: dict[str, HostAgent] = {}
+
+
+def local_agent() -> HostAgent:
+    runtime = get_runtime()
+    agent = agents.get(runtime.address)
+    if agent is None:
+        from ._controller import proc_exited
+
+        def exited(table: Any, rank: int, code: int) -> None:
+            proc_exited(runtime, table, rank, code)
+
+        agent = agents[runtime.address] = runtime.run_sync(HostAgent, runtime, exited)
+    return agent

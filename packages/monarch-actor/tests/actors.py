@@ -130,3 +130,17 @@ class Visitor(Actor):
 
         registry = get_or_spawn_controller("registry", Registry, "from-actor").get()
         return len(registry.visit.call_one(context().actor_instance.rank["gpus"]).get())
+
+
+class Env(Actor):
+    @endpoint
+    def get(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+
+def set_flag() -> None:  # a bootstrap: runs in each new process before any actor
+    os.environ["BOOTSTRAPPED"] = "yes"
+
+
+def fail_bootstrap() -> None:
+    raise RuntimeError("no GPUs here")

@@ -3,7 +3,8 @@ import sys
 
 import pytest
 
-# the procs import the test's actor classes by module name, as a user's procs would
+# the procs import the test's actor classes by module name, as a user's procs would:
+# whatever a proc must import by reference lives in actors.py, not in a test module
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
@@ -18,3 +19,20 @@ def procs():
     mesh = this_host().spawn_procs(per_host={"gpus": 4})
     yield mesh
     mesh.stop().get(timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_faults():
+    """A failure nobody handled fails the test that caused it, with its report,
+    instead of interrupting the whole run (the default hook's SIGINT is tested
+    in a subprocess)."""
+    import monarch_actor
+
+    faults = []
+    default = monarch_actor.unhandled_fault_hook
+    monarch_actor.unhandled_fault_hook = faults.append
+    try:
+        yield
+    finally:
+        monarch_actor.unhandled_fault_hook = default
+    assert not faults, "unhandled failures:\n" + "\n".join(f.report() for f in faults)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from monarch_actor import Actor, endpoint, this_host
+from monarch_actor import this_host
 
 SCRIPT_HEAD = textwrap.dedent(
     """
@@ -222,16 +222,8 @@ def test_a_call_to_a_killed_process_fails_instead_of_hanging():
     assert any("exited" in f.report() for f in faults)
 
 
-def set_flag():
-    os.environ["BOOTSTRAPPED"] = "yes"
-
-
-def fail_bootstrap():
-    raise RuntimeError("no GPUs here")
-
-
 def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
-    from actors import Probe
+    from actors import Env, Probe, fail_bootstrap, set_flag
 
     import monarch_actor
     from monarch_actor import SupervisionError
@@ -256,9 +248,3 @@ def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
     finally:
         monarch_actor.unhandled_fault_hook = original
     assert faults and "exited with code 1" in faults[0].report()
-
-
-class Env(Actor):
-    @endpoint
-    def get(self, name: str) -> str | None:
-        return os.environ.get(name)

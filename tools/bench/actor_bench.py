@@ -33,37 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-SWEEP = (1, 2, 4, 8, 16, 32, 64)
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def median_time(fn: Callable[[], object], samples: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def best_time(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+from _timing import SWEEP, best_time, log, median_time, sizes
 
 
 def workload(args: argparse.Namespace) -> dict[str, Any]:
@@ -208,7 +181,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test)")
     parser.add_argument(
         "--sweep",
-        type=lambda s: [int(n) for n in s.split(",") if n],
+        type=sizes,
         default=list(SWEEP),
         help="mesh sizes for the latency sweep, comma separated ('' for none)",
     )

@@ -38,16 +38,22 @@ CONSTRAINTS = ROOT / "tools" / "constraints.txt"
 console = Console(stderr=True)
 
 
-def monarch_python(explicit: str | None) -> Path:
-    """A Python with torchmonarch 0.7.0, made on first use."""
+def bench_python(name: str, packages: tuple[str, ...], explicit: str | None) -> Path:
+    """A Python with ``packages``, in ``.bench-venvs/<name>``, made on first use."""
     if explicit:
         return Path(explicit)
-    python = VENVS / "torchmonarch" / "bin" / "python"
+    python = VENVS / name / "bin" / "python"
     if not python.exists():
-        console.print(f"[bold]creating {python.parent.parent}[/] with {', '.join(MONARCH)} ...")
+        console.print(f"[bold]creating {python.parent.parent}[/] with {', '.join(packages)} ...")
         venv.create(python.parent.parent, with_pip=True)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", *MONARCH], check=True)
+        pip = [python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS]
+        subprocess.run([*pip, *packages], check=True)
     return python
+
+
+def monarch_python(explicit: str | None) -> Path:
+    """A Python with torchmonarch 0.7.0 (its ``monarch`` clashes with ours)."""
+    return bench_python("torchmonarch", MONARCH, explicit)
 
 
 def measure(python: Path | str, script: str, impl: str, repeat: int) -> dict[str, float]:
@@ -134,16 +140,8 @@ def transport(args: argparse.Namespace) -> str:
 
 
 def ray_python(explicit: str | None) -> Path:
-    """A Python with Ray, made on first use."""
-    if explicit:
-        return Path(explicit)
-    python = VENVS / "ray" / "bin" / "python"
-    if not python.exists():
-        console.print(f"[bold]creating {python.parent.parent}[/] with {', '.join(RAY)} ...")
-        venv.create(python.parent.parent, with_pip=True)
-        pip = [python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS]
-        subprocess.run([*pip, *RAY], check=True)
-    return python
+    """A Python with Ray."""
+    return bench_python("ray", RAY, explicit)
 
 
 def run_json(python: Path | str, argv: list[str], timeout: float) -> dict[str, Any] | None:

@@ -1,0 +1,41 @@
+"""Timing helpers shared by the benchmark workloads. Each workload runs in its
+own virtual environment (ours, torchmonarch, Ray), so this module uses the
+standard library only; the workloads import it from their own folder."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+SWEEP = (1, 2, 4, 8, 16, 32, 64)  # mesh sizes of the latency sweep
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def median_time(fn: Callable[[], object], samples: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def best_time(fn: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def sizes(text: str) -> list[int]:
+    """``--sweep 1,2,4``: comma-separated sizes ('' for none)."""
+    return [int(n) for n in text.split(",") if n]

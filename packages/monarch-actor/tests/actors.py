@@ -144,3 +144,9 @@ def set_flag() -> None:  # a bootstrap: runs in each new process before any acto
 
 def fail_bootstrap() -> None:
     raise RuntimeError("no GPUs here")
+
+
+class Affinity(Actor):
+    @endpoint
+    def cpus(self) -> list[int]:
+        return sorted(os.sched_getaffinity(0))

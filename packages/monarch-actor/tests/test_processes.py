@@ -248,3 +248,29 @@ def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
     finally:
         monarch_actor.unhandled_fault_hook = original
     assert faults and "exited with code 1" in faults[0].report()
+
+
+def test_proc_bind_pins_each_process_to_its_cpus():
+    from actors import Affinity
+
+    from monarch_actor._binding import cpu_list
+
+    usable = sorted(os.sched_getaffinity(0))
+    first, last = usable[0], usable[-1]
+    procs = this_host().spawn_procs(
+        per_host={"gpus": 2}, proc_bind=[{"cpus": str(first)}, {"physcpubind": f"{first}-{last}"}]
+    )
+    seen = procs.spawn("a", Affinity).cpus.call().get(timeout=30).values()
+    assert seen == [[first], usable]
+    procs.stop().get(timeout=30)
+    with pytest.raises(ValueError, match="2 processes per host"):
+        this_host().spawn_procs(per_host={"gpus": 2}, proc_bind=[{"cpus": "0"}])
+    with pytest.raises(ValueError, match="membind"):
+        this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"membind": "0"}])
+    with pytest.raises(ValueError, match="unknown"):
+        this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpu": "0"}])
+    with pytest.raises(ValueError, match="bootstrap="):
+        this_host().spawn_procs(per_host={"gpus": 1}, bootstrap_command=["python"])
+    assert cpu_list("0-2, 5") == {0, 1, 2, 5}
+    with pytest.raises(ValueError, match="CPU list"):
+        cpu_list("3-1")

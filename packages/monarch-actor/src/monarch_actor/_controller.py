@@ -42,7 +42,12 @@ def _free_port() -> int:
 
 
 def spawn_procs(
-    host: Any, shape: Shape, per_host: dict[str, int], bootstrap: Any, name: str
+    host: Any,
+    shape: Shape,
+    per_host: dict[str, int],
+    bootstrap: Any,
+    name: str,
+    proc_bind: list[dict[str, str]] | None = None,
 ) -> Any:
     from ._mesh import ProcMesh, ProcTable
 
@@ -73,6 +78,7 @@ def spawn_procs(
             "mesh": table.id,
             "rank": rank,
             "bootstrap": bootstrap,
+            "bind": proc_bind[rank % local] if proc_bind else None,
             "argv0": sys.argv[0] if sys.argv else "",
             "root": runtime.root,
         }

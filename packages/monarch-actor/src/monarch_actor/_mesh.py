@@ -18,6 +18,7 @@ from monarch_mesh import Shape, Slice
 from monarch_transport import encode
 
 from ._actor import EndpointProperty, check_actor_class
+from ._binding import check_binding
 from ._endpoint import ActorEndpoint, _Gather
 from ._future import Future
 from ._mesh_ops import MeshOps
@@ -157,17 +158,30 @@ class HostMesh(MeshOps):
                 raise ValueError(
                     f"per_host dimension {label!r} is already a dimension of the host mesh"
                 )
-        if proc_bind is not None and len(proc_bind) != _product(per_host.values()):
+        if proc_bind is not None:
+            if len(proc_bind) != _product(per_host.values()):
+                raise ValueError(
+                    f"proc_bind has {len(proc_bind)} entries for "
+                    f"{_product(per_host.values())} processes per host"
+                )
+            for binding in proc_bind:
+                check_binding(binding)
+        if bootstrap_command is not None:
             raise ValueError(
-                f"proc_bind has {len(proc_bind)} entries for "
-                f"{_product(per_host.values())} processes per host"
+                "bootstrap_command is not supported: processes are forked from the host agent, "
+                "not launched by a command; run setup code in each process with bootstrap=..."
             )
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a callable, got {type(bootstrap).__name__}")
         labels = self._shape.labels + list(per_host)
         sizes = list(self._shape.extent.sizes) + list(per_host.values())
         procs: ProcMesh = spawn_procs(
-            self, Shape(labels, Slice.new_row_major(sizes)), per_host, bootstrap, name or "anon"
+            self,
+            Shape(labels, Slice.new_row_major(sizes)),
+            per_host,
+            bootstrap,
+            name or "anon",
+            proc_bind,
         )
         return procs
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from monarch_transport import listen, new_event_loop
 
+from ._binding import apply_binding
 from ._controller import install_proc_handlers
 from ._logs import capture_output
 from ._runtime import Runtime, install, join_job, listen_address
@@ -26,6 +27,7 @@ def main(blob: bytes) -> int:
     info: dict[str, Any] = pickle.loads(blob)
     os.environ.update(info["env"])
     join_job(os.environ["MONARCH_JOB_DIR"])
+    apply_binding(info.get("bind"))
     sys.argv = [info.get("argv0", "monarch-proc")]
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

@@ -274,3 +274,23 @@ def test_proc_bind_pins_each_process_to_its_cpus():
     assert cpu_list("0-2, 5") == {0, 1, 2, 5}
     with pytest.raises(ValueError, match="CPU list"):
         cpu_list("3-1")
+
+
+def test_shutting_down_the_host_stops_its_processes_and_a_new_mesh_still_starts():
+    # in a script of its own: shutdown() stops every mesh of the process
+    script = run_script(
+        """
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        pids = procs.spawn("pids", Pid).pid.call().get().values()
+        this_host().shutdown().get(timeout=30)
+        print(" ".join(map(str, pids)), flush=True)
+        again = this_host().spawn_procs(per_host={"gpus": 1})
+        print(again.spawn("pids", Pid).pid.call_one().get(timeout=30) not in pids, flush=True)
+        again.stop().get()
+        """
+    )
+    out, err = script.communicate(timeout=60)
+    assert script.returncode == 0, err
+    first, second = out.strip().splitlines()
+    assert wait_gone([int(p) for p in first.split()], 5.0) == []
+    assert second == "True"

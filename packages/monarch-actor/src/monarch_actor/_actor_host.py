@@ -17,7 +17,9 @@ import traceback
 from collections.abc import Awaitable
 from typing import Any
 
-from monarch_mesh import Extent, Point
+import cloudpickle  # type: ignore[import-untyped]
+
+from monarch_mesh import Extent, Point, Shape, Slice
 from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
 
 from ._actor import EndpointProperty, endpoints_of
@@ -147,8 +149,6 @@ class ActorHost:
     def _spawned_on(self, header: dict[str, Any]) -> Any:
         """The proc mesh of a spawn whose sender could not name it yet (its
         processes were still starting): the table its owner announced."""
-        from monarch_mesh import Shape, Slice
-
         from ._mesh import ProcMesh
 
         table = self.runtime.tables.get(header.get("t", ""))
@@ -343,8 +343,6 @@ class ActorHost:
 def _failure(actor: str, method: str, error: BaseException) -> BaseException:
     failure = ActorError(error, f"Actor call {actor}.{method} failed.", remote_traceback(error))
     try:
-        import cloudpickle  # type: ignore[import-untyped]
-
         cloudpickle.dumps(failure)
     except Exception:  # the exception itself does not pickle: keep its text
         stand_in = RuntimeError(f"{type(error).__name__}: {error}")

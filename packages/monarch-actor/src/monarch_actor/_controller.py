@@ -203,26 +203,8 @@ def _settle(done: concurrent.futures.Future[None]) -> None:
 
 
 def shutdown_host(host: Any) -> Future[None]:
-    runtime = get_runtime()
-    owned = [t for t in tables(runtime).values() if t.owned and not t.stopped]
-    from monarch_mesh import Slice
-
-    from ._mesh import ProcMesh
-
-    futures = [
-        stop_procs(ProcMesh(t, Shape(["rank"], Slice.new_row_major([t.size]))), "host shut down")
-        for t in owned
-    ]
-    done: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-    def wait() -> None:
-        for future in futures:
-            with contextlib.suppress(Exception):
-                future.get(STOP_TIMEOUT + 5)
-        done.set_result(None)
-
-    threading.Thread(target=wait, daemon=True).start()
-    return Future._of(done)
+    """Stop every process this host's agent started for this script, and the agent."""
+    return shutdown_context()
 
 
 async def set_logging(mesh: Any, stream: bool, window: int | None, level: int) -> None:
@@ -352,15 +334,12 @@ def _stop_everything() -> None:
     runtime = maybe_runtime()
     if runtime is None:
         return
-    from monarch_mesh import Slice
-
     from ._mesh import ProcMesh
 
     futures = []
     for table in list(tables(runtime).values()):
         if table.owned and not table.stopped and table.ready:
-            whole = ProcMesh(table, Shape(["rank"], Slice.new_row_major([table.size])))
-            futures.append(stop_procs(whole, "the controller exited"))
+            futures.append(stop_procs(ProcMesh(table, _line(table.size)), "the controller exited"))
     for future in futures:
         with contextlib.suppress(Exception):
             future.get(STOP_TIMEOUT + 2)

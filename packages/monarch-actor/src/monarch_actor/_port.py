@@ -7,6 +7,8 @@ import collections
 import concurrent.futures
 from typing import Any, Generic, TypeVar
 
+from monarch_transport import DecodeError, decode
+
 from ._future import Future
 from ._runtime import Frames, get_runtime
 
@@ -36,9 +38,6 @@ class Port(Generic[R]):
             self._address, {"k": "p", "pid": self._pid, "r": self._rank, "x": 1}, exc
         )
 
-    def _with_rank(self, rank: int) -> Port[R]:
-        return Port(self._address, self._pid, rank)
-
     def __reduce__(self) -> tuple[Any, ...]:
         return (Port, (self._address, self._pid, self._rank))
 
@@ -59,8 +58,6 @@ class PortReceiver(Generic[R]):
         self.port: Port[R] = Port(self._runtime.address, self._pid)
 
     def _deliver(self, header: dict[str, Any], frames: Frames) -> None:  # on the loop
-        from monarch_transport import DecodeError, decode
-
         try:
             value = decode(frames)[1]
             failed = bool(header.get("x"))

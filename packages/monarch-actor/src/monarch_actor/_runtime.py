@@ -44,6 +44,7 @@ from monarch_transport import (
 )
 
 from ._config import cast_fanout
+from ._errors import SupervisionError
 
 if TYPE_CHECKING:
     from ._actor_host import ActorHost
@@ -278,8 +279,6 @@ class Runtime:
             return
         port = header.get("p")
         if port is not None and header.get("k") == "c":
-            from ._errors import SupervisionError
-
             error = SupervisionError(
                 f"Endpoint call {header.get('n', '?')}.{header.get('m', '?')}() failed: {reason}"
             )

@@ -9,20 +9,24 @@ control loop only drops messages into the mailbox.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextvars
 import inspect
 import logging
 import queue
 import threading
 import traceback
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 
 from monarch_mesh import Extent, Point, Shape, Slice
+from monarch_supervision import ROOT, Delivery, MeshFailure
 from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
 
 from ._actor import EndpointProperty, endpoints_of
+from ._config import cleanup_timeout
 from ._context import Context, Instance, reset_current, set_current
 from ._errors import ActorError, SupervisionError
 from ._lifecycle import ActorFailed, ActorStarted, ActorStopped, emit
@@ -55,7 +59,8 @@ class ActorHost:
         self.runtime = runtime
         self.key: str = header["a"]
         self.name: str = header["n"]
-        self.owner: str = header["o"]
+        self.owner: str = header["o"]  # the owner's process
+        self.owner_actor: str = header.get("oa", ROOT)  # the owner's actor there
         self.rank = message_point(header)
         self.is_async: bool = header["async"]
         self.instance: Any = None
@@ -64,6 +69,7 @@ class ActorHost:
         self.failure: str | None = None
         self.stopped: str | None = None
         self.requested: tuple[str, str] | None = None  # ("stop" | "abort", reason)
+        self.cleaned = False  # __cleanup__ ran (it runs once, on stop or on failure)
         self.tasks: set[asyncio.Task[Any]] = set()
         if self.is_async:
             self.loop = new_event_loop()
@@ -71,6 +77,10 @@ class ActorHost:
             target, thread_name = self._run_async, "monarch-actor-event-loop"
         else:
             self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            # work that goes before the next queued message (supervision, failing)
+            self.urgent: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = (
+                collections.deque()
+            )
             target, thread_name = self._run_sync, "monarch-actor-driver"
         self.post(header, frames)
         threading.Thread(target=target, name=thread_name, daemon=True).start()
@@ -84,10 +94,30 @@ class ActorHost:
 
     # -- the actor's thread ----------------------------------------------------------
 
+    def post_urgent(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the actor's thread before its next message
+        (an async actor runs it on its loop at once: a coroutine becomes a task)."""
+        if self.is_async:
+
+            def start() -> None:
+                outcome = fn(*args)
+                if inspect.isawaitable(outcome):
+                    task = self.loop.create_task(_awaitable(outcome))
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
+
+            self.loop.call_soon_threadsafe(start)
+        else:
+            self.urgent.append((fn, args))
+            self.inbox.put((None, None))  # wakes the thread if it waits for a message
+
     def _run_sync(self) -> None:
         while True:
             header, frames = self.inbox.get()
-            if self._step(header, frames) is _STOP:
+            while self.urgent:
+                fn, args = self.urgent.popleft()
+                fn(*args)
+            if header is not None and self._step(header, frames) is _STOP:
                 return
 
     def _run_async(self) -> None:
@@ -109,7 +139,7 @@ class ActorHost:
         if op == "spawn":
             return self._construct(header, frames)
         if op == "stop":
-            return self._stop(header, "stopped by client")
+            return self._stop(header, header.get("why") or "stopped by client")
         if self.failure is not None or self.stopped is not None:
             why = self.failure or self.stopped
             self._answer(header, SupervisionError(self._down_text(header, why or "")), failed=True)
@@ -139,9 +169,11 @@ class ActorHost:
             self.instance = cls.__new__(cls)
             self.instance.__init__(*args, **kwargs)
         except Exception as error:
-            self._fail(f"__init__ of {self.name} raised:\n{remote_traceback(error)}")
+            self._answer(header, _failure(self.name, "__init__", error), failed=True)
+            self._fail(f"__init__ of {self.name} raised:\n{remote_traceback(error)}", error)
         else:
             emit(ActorStarted(repr(self.me), self.key, self.rank.rank))
+            self._answer(header, None)
         finally:
             reset_current(token)
         return None
@@ -189,7 +221,8 @@ class ActorHost:
             self._raised(header, ep, error)
         except BaseException as error:  # a panic: the actor cannot go on
             self._fail(
-                f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}"
+                f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}",
+                error,
             )
             self._answer(
                 header, SupervisionError(self._down_text(header, self.failure or "")), True
@@ -214,7 +247,8 @@ class ActorHost:
                 self._answer(header, SupervisionError(self._down_text(header, "cancelled")), True)
             except BaseException as error:
                 self._fail(
-                    f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}"
+                    f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}",
+                    error,
                 )
             else:
                 if not ep.explicit_response_port:
@@ -242,8 +276,8 @@ class ActorHost:
         return self._stop(None, reason)
 
     def _stop(self, header: dict[str, Any] | None, reason: str) -> Any:
-        """Run ``__cleanup__(None)``, answer the stop request, end the thread."""
-        cleanup = getattr(self.instance, "__cleanup__", None)
+        """Stop the meshes this actor owns, run ``__cleanup__(None)``, answer
+        the stop request, end the thread."""
 
         def finish() -> Any:
             self.stopped = reason
@@ -253,29 +287,73 @@ class ActorHost:
             self.runtime.call_soon(self._forget, f"was stopped: {reason}")
             return _STOP
 
-        if cleanup is None or self.instance is None:
-            return finish()
         if self.is_async:
 
-            async def run_cleanup() -> Any:
-                for task in list(self.tasks):
-                    task.cancel()
-                if self.tasks:
-                    await asyncio.wait(list(self.tasks), timeout=3.0)
-                try:
-                    outcome = cleanup(None)
-                    if inspect.isawaitable(outcome):
-                        await asyncio.wait_for(_awaitable(outcome), 3.0)
-                except Exception:
-                    log.exception("__cleanup__ of %s raised", self.name)
+            async def stop_async() -> Any:
+                await self._wind_down_async(None, reason)
                 return finish()
 
-            return run_cleanup()
+            return stop_async()
+        self._wind_down(None, reason)
+        return finish()
+
+    def _wind_down(self, exc: BaseException | None, reason: str) -> None:
+        """Stop the meshes this actor owns, then run its ``__cleanup__(exc)``,
+        within the cleanup timeout (on the actor's thread)."""
+        if self.cleaned:
+            return
+        self.cleaned = True
+        self.runtime.supervision.stop_owned(self.key, reason, cleanup_timeout())
+        cleanup = getattr(self.instance, "__cleanup__", None)
+        if cleanup is None or self.instance is None:
+            return
+        token = set_current(Context(self.me, self.rank))  # type: ignore[arg-type]
         try:
-            cleanup(None)
+            ctx = contextvars.copy_context()
+        finally:
+            reset_current(token)
+        finished = threading.Event()
+
+        def run() -> None:
+            try:
+                ctx.run(cleanup, exc)
+            except Exception:
+                log.exception("__cleanup__ of %s raised", self.name)
+            finally:
+                finished.set()
+
+        threading.Thread(target=run, name="monarch-actor-cleanup", daemon=True).start()
+        if not finished.wait(cleanup_timeout()):
+            log.error("__cleanup__ of %s did not finish in %g s", self.name, cleanup_timeout())
+
+    async def _wind_down_async(self, exc: BaseException | None, reason: str) -> None:
+        if self.cleaned:
+            return
+        self.cleaned = True
+        current = asyncio.current_task()
+        others = [task for task in self.tasks if task is not current]
+        for task in others:
+            task.cancel()
+        if others:
+            await asyncio.wait(others, timeout=cleanup_timeout())
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            None, self.runtime.supervision.stop_owned, self.key, reason, cleanup_timeout()
+        )
+        cleanup = getattr(self.instance, "__cleanup__", None)
+        if cleanup is None or self.instance is None:
+            return
+        token = set_current(Context(self.me, self.rank))  # type: ignore[arg-type]
+        try:
+            outcome = cleanup(exc)
+            if inspect.isawaitable(outcome):
+                await asyncio.wait_for(_awaitable(outcome), cleanup_timeout())
+        except TimeoutError:
+            log.error("__cleanup__ of %s did not finish in %g s", self.name, cleanup_timeout())
         except Exception:
             log.exception("__cleanup__ of %s raised", self.name)
-        return finish()
+        finally:
+            reset_current(token)
 
     def _forget(self, why: str) -> None:  # on the loop
         self.runtime.actors.pop(self.key, None)
@@ -297,12 +375,16 @@ class ActorHost:
 
     def _raised(self, header: dict[str, Any], ep: EndpointProperty, error: Exception) -> None:
         if ep.explicit_response_port:  # no reply path: the actor fails
-            self._fail(f"{self.name}.{ep.name} raised:\n{remote_traceback(error)}")
+            self._fail(f"{self.name}.{ep.name} raised:\n{remote_traceback(error)}", error)
             self._answer(
                 header, SupervisionError(self._down_text(header, self.failure or "")), True
             )
-        elif header.get("p") is None:  # nobody awaits: the owner hears of it
-            self._report(f"{self.name}.{ep.name} raised:\n{remote_traceback(error)}")
+        elif header.get("p") is None:  # nobody awaits: the actor fails, its owner hears of it
+            self._fail(
+                f"actor explicitly aborted due to: {self.name}.{ep.name} raised:\n"
+                f"{remote_traceback(error)}",
+                error,
+            )
         else:
             self._answer(header, _failure(self.name, ep.name, error), failed=True)
 
@@ -322,22 +404,84 @@ class ActorHost:
             )
             self.runtime.send(port[0], reply, _failure(self.name, header.get("m", "?"), problem))
 
-    def _fail(self, reason: str) -> None:
+    def _fail(
+        self, reason: str, error: BaseException | None = None, cause: MeshFailure | None = None
+    ) -> None:
+        """This actor failed: its owner hears of it, then the meshes it owns
+        are stopped and its ``__cleanup__(error)`` runs. It answers every
+        later message with the reason."""
+        if self.failure is not None or self.stopped is not None:
+            return
         self.failure = reason
         emit(ActorFailed(repr(self.me) if self.me else self.name, self.key, self.rank.rank, reason))
-        self._report(reason)
+        self._report(reason, cause)
+        exc = error if error is not None else SupervisionError(reason)
+        if self.is_async:
+            self.post_urgent(self._wind_down_async, exc, reason)
+        else:
+            self.post_urgent(self._wind_down, exc, reason)
 
-    def _report(self, reason: str) -> None:
-        fault = {
-            "actor": repr(self.me) if self.me else self.name,
-            "mesh_name": self.key,
-            "rank": self.rank.rank,
-            "reason": reason,
-        }
+    def _report(self, reason: str, cause: MeshFailure | None = None) -> None:
+        failure = MeshFailure(
+            self.key, [self.rank.rank], repr(self.me) if self.me else self.name, reason, cause
+        )
         try:
-            self.runtime.send(self.owner, {"k": "f"}, fault)
+            self.runtime.supervision.report(self.owner, failure, self.owner_actor)
         except EncodeError:
             log.error("could not report a failure of %s: %s", self.name, reason)
+
+    # -- supervising the meshes this actor owns (called on the control loop) -------------
+
+    def supervise(self, delivery: Delivery) -> bool:
+        """Hand a failure of a mesh this actor owns to its ``__supervise__``;
+        False if it has none or cannot take it any more."""
+        if self.instance is None or self.failure is not None or self.stopped is not None:
+            return False
+        if getattr(type(self.instance), "__supervise__", None) is None:
+            return False
+        self.post_urgent(self._supervise, delivery)
+        return True
+
+    def fail_unsupervised(self, reason: str, cause: MeshFailure) -> None:
+        """A failure of a mesh this actor owns was not handled: the actor fails."""
+        self.post_urgent(self._fail, reason, None, cause)
+
+    def _supervise(self, delivery: Delivery) -> Any:
+        tree = self.runtime.supervision.tree
+        if self.failure is not None or self.stopped is not None:
+            tree.supervised(delivery, False)
+            return None
+        token = set_current(Context(self.me, self.rank))  # type: ignore[arg-type]
+        try:
+            outcome = self.instance.__supervise__(delivery.failure)
+        except Exception as error:
+            tree.supervised(delivery, None, error)
+            return None
+        finally:
+            reset_current(token)
+        if not inspect.isawaitable(outcome):
+            tree.supervised(delivery, outcome)
+            return None
+        if not self.is_async:
+            if hasattr(outcome, "close"):
+                outcome.close()
+            problem = TypeError(
+                f"{type(self.instance).__qualname__}.__supervise__ is async, but the actor is "
+                "not: make __supervise__ a plain def, or give the actor an async endpoint"
+            )
+            tree.supervised(delivery, None, problem)
+            return None
+
+        async def finish() -> None:
+            token = set_current(Context(self.me, self.rank))  # type: ignore[arg-type]
+            try:
+                tree.supervised(delivery, await _awaitable(outcome))
+            except Exception as error:
+                tree.supervised(delivery, None, error)
+            finally:
+                reset_current(token)
+
+        return finish()
 
 
 def _failure(actor: str, method: str, error: BaseException) -> BaseException:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["cast_fanout"]
+__all__ = ["cast_fanout", "cleanup_timeout", "heartbeat_deadline"]
 
 
 def _int(names: tuple[str, ...], default: int, low: int) -> int:
@@ -25,3 +25,28 @@ def _int(names: tuple[str, ...], default: int, low: int) -> int:
 def cast_fanout() -> int:
     """Children per node of a broadcast's multicast tree."""
     return _int(("MONARCH_CAST_FANOUT", "HYPERACTOR_MESH_MAX_CAST_FANOUT"), 16, 1)
+
+
+def _seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
+
+
+def heartbeat_deadline() -> float:
+    """Seconds a process may stay silent before its owner counts it dead."""
+    from monarch_supervision import DEFAULT_HEARTBEAT_DEADLINE
+
+    return _seconds("MONARCH_HEARTBEAT_DEADLINE", DEFAULT_HEARTBEAT_DEADLINE)
+
+
+def cleanup_timeout() -> float:
+    """Seconds an actor's ``__cleanup__`` (and stopping the meshes it owns) may take."""
+    return _seconds("MONARCH_CLEANUP_TIMEOUT", 5.0)

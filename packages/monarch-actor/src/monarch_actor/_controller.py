@@ -17,7 +17,6 @@ from typing import Any
 from monarch_mesh import Shape
 from monarch_transport import decode
 
-from ._faults import report_fault
 from ._future import Future
 from ._host_agent import agents
 from ._lifecycle import ProcExited, emit
@@ -57,6 +56,9 @@ def spawn_procs(
     table = ProcTable(f"{name}-{uuid.uuid4().hex[:12]}", name, size)
     table.owned = True
     tables(runtime)[table.id] = table
+    procs = ProcMesh(table, shape, host)
+    runtime.supervision.adopt(procs, "proc")
+    beat_every = runtime.supervision.monitor.interval
     local = 1
     for value in per_host.values():
         local *= value
@@ -81,9 +83,10 @@ def spawn_procs(
             "bind": proc_bind[rank % local] if proc_bind else None,
             "argv0": sys.argv[0] if sys.argv else "",
             "root": runtime.root,
+            "heartbeat": beat_every,
         }
         agent.spawn(table, rank, info)
-    return ProcMesh(table, shape, host)
+    return procs
 
 
 def tables(runtime: Runtime) -> dict[str, Any]:
@@ -95,6 +98,8 @@ def proc_ready(runtime: Runtime, header: dict[str, Any], frames: Frames) -> None
     if table is None:
         return
     table.addresses[header["rank"]] = header["addr"]
+    if table.owned:
+        runtime.supervision.watch(table, header["rank"])
     if all(table.addresses):
         announce = {"k": "t", "mesh": table.id, "name": table.name}
         for address in table.addresses:
@@ -104,30 +109,22 @@ def proc_ready(runtime: Runtime, header: dict[str, Any], frames: Frames) -> None
 
 def proc_exited(runtime: Runtime, table: Any, rank: int, code: int) -> None:
     address = table.addresses[rank]
-    reason = f"process {table.name}-{rank} exited with code {code}"
     table.pids.pop(rank, None)
     expected = rank in table.stopping
     emit(ProcExited(table.id, rank, code, expected=expected))
     table.notify_exits()
-    if expected:
-        return
-    if not table.ready:
-        table.failure = reason
-        table.mark_ready()
-    if address:
-        runtime.peer_lost(address, reason)
-        outbox = runtime.outboxes.get(address)
-        if outbox is not None:
-            outbox.fail(reason)
-    log.error("%s", reason)
-    report_fault(
-        {
-            "mesh_name": table.id,
-            "rank": rank,
-            "actor": f"<proc {table.name}-{rank}>",
-            "reason": reason,
-        }
-    )
+    if not expected:
+        reason = f"process {table.name}-{rank} exited with code {code}"
+        log.error("%s", reason)
+        if not table.ready:
+            table.failure = reason
+            table.mark_ready()
+        if address:
+            runtime.peer_lost(address, reason)
+            outbox = runtime.outboxes.get(address)
+            if outbox is not None:
+                outbox.fail(reason)
+    runtime.supervision.proc_exited(table, rank, code, expected)
 
 
 def when_started(table: Any) -> Future[bool]:
@@ -154,6 +151,9 @@ def stop_procs(mesh: Any, reason: str) -> Future[None]:
     table = mesh._table
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
     ranks = list(mesh._shape.ndslice)
+
+    if len(set(ranks)) == table.size:
+        runtime.supervision.stopping_procs(table, reason)
 
     def go() -> None:
         table.stopping.update(ranks)
@@ -216,20 +216,8 @@ async def set_logging(mesh: Any, stream: bool, window: int | None, level: int) -
 # -- handlers ---------------------------------------------------------------------------
 
 
-def _on_fault(runtime: Runtime, controller: str | None) -> Any:
-    def handle(header: dict[str, Any], frames: Frames) -> None:
-        fault = decode(frames)[1]
-        if controller is None:
-            report_fault(fault)  # type: ignore[arg-type]
-        else:
-            runtime.send(controller, {"k": "f"}, fault)  # up the tree, to the controller
-
-    return handle
-
-
 def install_controller(runtime: Runtime) -> None:
     runtime.handlers["r"] = lambda h, f: proc_ready(runtime, h, f)
-    runtime.handlers["f"] = _on_fault(runtime, None)
     runtime.handlers["l"] = _log_handler()
     install_singletons(runtime)
     atexit.register(_shutdown_at_exit)
@@ -248,7 +236,6 @@ def install_proc_handlers(runtime: Runtime, owner: str) -> None:
     from ._mesh import table_for
 
     runtime.handlers["r"] = lambda h, f: proc_ready(runtime, h, f)
-    runtime.handlers["f"] = _on_fault(runtime, owner)
     runtime.handlers["l"] = lambda h, f: runtime.post(owner, f)
 
     def announce(header: dict[str, Any], frames: Frames) -> None:

@@ -86,6 +86,12 @@ class _Gather:
                     ordered = [self.values[i] for i in range(self.count)]
                     self.result.set_result(ValueMesh(relative, ordered))
 
+    def fail(self, error: BaseException) -> None:
+        """Every position fails with ``error`` (the target is known to be dead)."""
+        for position in range(self.count):
+            if position not in self.values:
+                self._settle(position, error, True)
+
     def lost(self, address: str, reason: str) -> None:
         for position, where in enumerate(self.addresses):
             if where == address and position not in self.values:

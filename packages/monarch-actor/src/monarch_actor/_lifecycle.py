@@ -10,12 +10,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from monarch_supervision import (
+    ActorFailed,
+    ActorStarted,
+    ActorStopped,
+    HeartbeatMissed,
+    LifecycleEvent,
+    ProcExited,
+)
 
 __all__ = [
     "ActorFailed",
     "ActorStarted",
     "ActorStopped",
+    "HeartbeatMissed",
     "LifecycleEvent",
     "ProcExited",
     "emit",
@@ -25,39 +34,6 @@ __all__ = [
 
 log = logging.getLogger("monarch.actor.lifecycle")
 
-
-@dataclass(frozen=True)
-class ActorStarted:
-    actor: str  # the actor's display name: <owner>.<Class name{rank}>
-    mesh: str  # the actor mesh's key
-    rank: int
-
-
-@dataclass(frozen=True)
-class ActorFailed:
-    actor: str
-    mesh: str
-    rank: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class ActorStopped:
-    actor: str
-    mesh: str
-    rank: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class ProcExited:
-    proc_mesh: str
-    rank: int
-    exit_code: int
-    expected: bool  # stopped on request, rather than crashed
-
-
-LifecycleEvent = ActorStarted | ActorFailed | ActorStopped | ProcExited
 
 _subscribers: list[Callable[[LifecycleEvent], None]] = []
 _lock = threading.Lock()

@@ -8,6 +8,7 @@ new shape over the same table and pickles to a small reference.
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import threading
 import uuid
@@ -20,6 +21,7 @@ from monarch_transport import encode
 from ._actor import EndpointProperty, check_actor_class
 from ._binding import check_binding
 from ._endpoint import ActorEndpoint, _Gather
+from ._errors import SupervisionError
 from ._future import Future
 from ._mesh_ops import MeshOps
 from ._port import Port
@@ -222,11 +224,23 @@ class ProcMesh(MeshOps):
             raise TypeError(f"spawn() takes the actor mesh's name first, got {name!r}")
         is_async = check_actor_class(Class)
         runtime = get_runtime()
+        why = runtime.supervision.dead(self._table.id, list(self._shape.ndslice))
+        if why is not None:
+            raise SupervisionError(f"cannot spawn {name} on proc mesh {self._table.name}: {why}")
         key = f"{name}-{uuid.uuid4().hex[:12]}"
         frames = encode((Class, args, kwargs, {"proc_mesh": self._known()}))
         mesh: ActorMesh[A] = ActorMesh(Class, key, name, self, self._shape, is_async)
-        header = {"op": "spawn", "async": is_async, "o": runtime.address, "t": self._table.id}
-        mesh._cast_message(self._shape, header, frames, None, None)
+        owner = runtime.supervision.adopt(mesh, "actor")
+        header = {
+            "op": "spawn",
+            "async": is_async,
+            "o": runtime.address,
+            "oa": owner,
+            "t": self._table.id,
+        }
+        started = _Gather(runtime, len(self._shape), "all", self._shape)
+        mesh._started = started.result
+        mesh._cast_message(self._shape, header, frames, started, None)
         return mesh  # type: ignore[return-value]
 
     def _known(self) -> ProcMesh | None:
@@ -300,9 +314,12 @@ class ActorMesh(MeshOps, Generic[A]):
         self._procs = procs
         self._shape = shape
         self._is_async = is_async
+        self._started: concurrent.futures.Future[Any] | None = None  # where it was spawned
 
     def _new_with_shape(self, shape: Shape) -> ActorMesh[A]:
-        return ActorMesh(self._class, self._key, self._name, self._procs, shape, self._is_async)
+        mesh = ActorMesh(self._class, self._key, self._name, self._procs, shape, self._is_async)
+        mesh._started = self._started
+        return mesh
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in (
@@ -312,6 +329,7 @@ class ActorMesh(MeshOps, Generic[A]):
             "_procs",
             "_shape",
             "_is_async",
+            "_started",
         ):
             raise AttributeError(name)
         attr = getattr(self._class, name, None)
@@ -334,6 +352,16 @@ class ActorMesh(MeshOps, Generic[A]):
         header.update({"k": "c", "a": self._key, "n": self._name})
         if port is not None:
             header["p"] = [port._address, port._pid]
+        why = runtime.supervision.dead(self._key, list(shape.ndslice))
+        if why is not None and header["op"] == "call":
+            error = SupervisionError(
+                f"Endpoint call {self._name}.{header['m']}() failed, the actor mesh "
+                f"{self._name} has status: {why}"
+            )
+            if gather is None:
+                raise error
+            gather.fail(error)
+            return
 
         def go() -> None:
             addresses = [table.addresses[rank] or "" for rank in shape.ndslice]
@@ -345,14 +373,33 @@ class ActorMesh(MeshOps, Generic[A]):
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop these actors (their ``__cleanup__`` runs); their processes stay."""
-        gather = _Gather(get_runtime(), len(self._shape), "all", self._shape)
-        self._cast_message(self._shape, {"op": "stop", "m": "stop"}, encode(None), gather, None)
+        runtime = get_runtime()
+        if len(self._shape) == len(self._procs._shape):
+            runtime.supervision.stopping(self._key, reason)
+        gather = _Gather(runtime, len(self._shape), "all", self._shape)
+        self._cast_message(
+            self._shape, {"op": "stop", "m": "stop", "why": reason}, encode(None), gather, None
+        )
         done: Future[Any] = Future._of(gather.result)
         return done
 
     @property
     def initialized(self) -> Future[None]:
-        return Future._done(None)
+        """Resolves once every actor's ``__init__`` returned; raises the error
+        of one that raised (or of a process that died while spawning)."""
+        if self._started is None:  # a reference received from elsewhere
+            return Future._done(None)
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def settle(started: concurrent.futures.Future[Any]) -> None:
+            error = started.exception()
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(None)
+
+        self._started.add_done_callback(settle)
+        return Future._of(done)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (

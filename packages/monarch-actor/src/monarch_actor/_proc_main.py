@@ -19,6 +19,7 @@ from ._binding import apply_binding
 from ._controller import install_proc_handlers
 from ._logs import capture_output
 from ._runtime import Runtime, install, join_job, listen_address
+from ._supervise import start_heartbeats
 
 log = logging.getLogger("monarch.actor.proc")
 
@@ -39,6 +40,7 @@ def main(blob: bytes) -> int:
     listener = loop.run_until_complete(listen(listen_address()))
     runtime = Runtime(loop, listener, "proc")
     runtime.root = info["root"]
+    runtime.owner = info["owner"]
     install(runtime)
     install_proc_handlers(runtime, info["owner"])
     capture_output(runtime, info["owner"], info["rank"], info["env"]["HYPERACTOR_PROCESS_NAME"])
@@ -53,6 +55,7 @@ def main(blob: bytes) -> int:
         },
         None,
     )
+    start_heartbeats(runtime, info["owner"], info["mesh"], info["rank"], info["heartbeat"])
     runtime.serve()
     loop.run_until_complete(runtime.stopped.wait())
     loop.run_until_complete(runtime.close())

@@ -159,7 +159,13 @@ class Runtime:
         self.lost_hooks: list[Callable[[str, str], None]] = []
         self.tables: dict[str, Any] = {}  # proc meshes this process knows, by id
         self.root = self.address  # the controller's address (a proc learns it at start)
+        self.owner = ""  # in a proc: the address of the process that started it
         self.singletons: dict[str, Any] = {}  # get_or_spawn_controller, on the controller
+        from ._supervise import Supervision
+
+        self.supervision = Supervision(self)
+        self.handlers["f"] = self.supervision.on_report
+        self.handlers["h"] = self.supervision.beat
 
     # -- threads -------------------------------------------------------------------
 
@@ -265,6 +271,7 @@ class Runtime:
                     entry.lost(address, outbox.failure)
 
     def peer_lost(self, address: str, reason: str) -> None:
+        self.supervision.peer_lost(address, reason)
         for hook in self.lost_hooks:
             hook(address, reason)
         for entry in list(self.ports.values()):

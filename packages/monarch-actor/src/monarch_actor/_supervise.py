@@ -1,0 +1,280 @@
+"""The runtime's side of supervision: it tells the process's
+``SupervisionTree`` (monarch_supervision) what happened (a failure report, a
+process exit, a lost connection, a silent process) and carries out what the
+tree decides (wake an owner's ``__supervise__``, fail an owner, call the
+root's hook). It also remembers which meshes each owner spawned, so that an
+owner's stop stops them, and answers at once for calls to dead meshes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from monarch_supervision import (
+    ROOT,
+    Delivery,
+    HeartbeatMonitor,
+    MeshFailure,
+    SupervisionTree,
+    exit_reason,
+)
+from monarch_transport import decode
+
+from ._config import heartbeat_deadline
+from ._context import _current
+from ._lifecycle import HeartbeatMissed, emit
+
+if TYPE_CHECKING:
+    from ._mesh import ActorMesh, ProcMesh, ProcTable
+    from ._runtime import Frames, Runtime
+
+__all__ = ["OwnedMesh", "Supervision", "current_owner"]
+
+log = logging.getLogger("monarch.actor.supervision")
+
+
+@dataclass
+class OwnedMesh:
+    """A mesh this process spawned: its handle, and which rank of its
+    processes holds which of its ranks."""
+
+    key: str
+    owner: str
+    handle: ActorMesh[Any] | ProcMesh
+    table: ProcTable
+    positions: dict[int, int]  # process rank in the table -> rank in this mesh
+    kind: str  # "actor" or "proc"
+
+    def describe(self, position: int) -> str:
+        if self.kind == "proc":
+            return f"<proc {self.table.name}-{position}>"
+        mesh: Any = self.handle
+        cls = mesh._class
+        labels = mesh._procs._shape.labels
+        sizes = mesh._procs._shape.extent.sizes
+        point = ", ".join(
+            f"'{label}': {self._coordinate(position, sizes, i)}/{size}"
+            for i, (label, size) in enumerate(zip(labels, sizes, strict=True))
+        )
+        owner = "<root>" if self.owner == ROOT else self.owner
+        return f"{owner}.<{cls.__module__}.{cls.__qualname__} {mesh._name}{{{point}}}>"
+
+    @staticmethod
+    def _coordinate(position: int, sizes: list[int], index: int) -> int:
+        stride = 1
+        for size in sizes[index + 1 :]:
+            stride *= size
+        return (position // stride) % sizes[index]
+
+
+def current_owner(runtime: Runtime) -> str:
+    """Who owns what the calling code spawns: the actor running here, or the root."""
+    ctx = _current.get()
+    host = ctx.actor_instance._host if ctx is not None else None
+    if host is not None and host.runtime is runtime:
+        return host.key
+    return ROOT
+
+
+class Supervision:
+    """One per process; the ``Routes`` of its tree."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.tree = SupervisionTree(self)
+        self.owned: dict[str, OwnedMesh] = {}
+        self.monitor = HeartbeatMonitor(heartbeat_deadline())
+        self.silent: dict[tuple[str, int], str] = {}  # why a silent process was killed
+        self.checking = False
+
+    # -- ownership ------------------------------------------------------------------------
+
+    def adopt(self, handle: ActorMesh[Any] | ProcMesh, kind: str) -> str:
+        """Record a mesh spawned by the calling code; returns its owner."""
+        owner = current_owner(self.runtime)
+        if kind == "actor":
+            mesh: Any = handle
+            key, procs = mesh._key, mesh._procs
+        else:
+            key, procs = handle._table.id, handle
+        positions = {rank: i for i, rank in enumerate(procs._shape.ndslice)}
+        self.tree.adopt(key, owner, len(positions))
+        self.owned[key] = OwnedMesh(key, owner, handle, procs._table, positions, kind)
+        return owner
+
+    def dead(self, key: str, table_ranks: list[int]) -> str | None:
+        """Why a message to these processes' ranks of mesh ``key`` cannot be handled."""
+        entry = self.owned.get(key)
+        if entry is None:
+            return None
+        return self.tree.dead(key, [entry.positions.get(r, -1) for r in table_ranks])
+
+    def stopping(self, key: str, reason: str) -> None:
+        self.tree.stopped(key, reason)
+
+    def stopping_procs(self, table: ProcTable, reason: str) -> None:
+        """All of ``table``'s processes are being stopped: so are the actors on them."""
+        for entry in list(self.owned.values()):
+            if entry.table is table:
+                self.tree.stopped(entry.key, reason)
+
+    def stop_owned(self, owner: str, reason: str, timeout: float) -> None:
+        """Stop every mesh ``owner`` spawned (actor meshes, then processes) and wait."""
+        deadline = time.monotonic() + timeout
+        keys = self.tree.owned_by(owner)
+        for kind in ("actor", "proc"):
+            futures = []
+            for key in keys:
+                entry = self.owned.get(key)
+                if entry is not None and entry.kind == kind:
+                    futures.append(entry.handle.stop(reason))
+            for future in futures:
+                with contextlib.suppress(Exception):
+                    future.get(max(0.0, deadline - time.monotonic()))
+
+    # -- Routes: carrying out the tree's decisions ---------------------------------------
+
+    def to_actor(self, delivery: Delivery) -> bool:
+        host = self.runtime.actors.get(delivery.owner)
+        return host is not None and host.supervise(delivery)
+
+    def to_root(self, failure: MeshFailure) -> None:
+        if self.runtime.role == "controller":
+            from ._faults import report_to_root
+
+            report_to_root(failure)
+        else:  # this process's root client answers to the process's owner
+            self.report(self.runtime.owner, failure, ROOT)
+
+    def fail_actor(self, owner: str, reason: str, cause: MeshFailure) -> None:
+        host = self.runtime.actors.get(owner)
+        if host is None:
+            log.error("%s did not handle a failure and is gone:\n%s", owner, cause.report())
+        else:
+            host.fail_unsupervised(reason, cause)
+
+    def report(self, address: str, failure: MeshFailure, owner: str) -> None:
+        """Send ``failure`` to the tree of the process at ``address``, for ``owner``."""
+        self.runtime.send(address, {"k": "f"}, {"failure": failure, "owner": owner})
+
+    # -- what happened -------------------------------------------------------------------
+
+    def on_report(self, header: dict[str, Any], frames: Frames) -> None:
+        """A failure reported by an actor (or a process's tree) to its owner here."""
+        report: Any = decode(frames)[1]
+        failure: MeshFailure = report["failure"]
+        self.tree.fail(
+            failure.mesh_name,
+            failure.crashed_ranks,
+            failure.actor,
+            failure.reason,
+            cause=failure.cause,
+            owner=report["owner"],
+        )
+
+    def proc_exited(self, table: ProcTable, rank: int, code: int, expected: bool) -> None:
+        self.monitor.forget((table.id, rank))
+        reason = self.silent.pop((table.id, rank), None) or exit_reason(code)
+        if not expected:
+            self.proc_lost(table, rank, reason)
+
+    def proc_lost(self, table: ProcTable, rank: int, reason: str) -> None:
+        """Every mesh of this process's with a rank on that process failed there."""
+        delivered = False
+        for entry in list(self.owned.values()):
+            if entry.table is table and entry.kind == "actor" and rank in entry.positions:
+                position = entry.positions[rank]
+                self.tree.fail(entry.key, [position], entry.describe(position), reason)
+                delivered = True
+        if table.id in self.owned:
+            entry = self.owned[table.id]
+            position = entry.positions.get(rank, rank)
+            if delivered:  # its actors' owners were told; the processes are marked failed
+                self.tree.record(table.id, [position], entry.describe(position), reason)
+            else:
+                self.tree.fail(table.id, [position], entry.describe(position), reason)
+
+    def peer_lost(self, address: str, reason: str) -> None:
+        """A connection broke: meshes spawned here on processes another process
+        started lose the ranks there (processes started here report their exit)."""
+        if self.runtime.closing:
+            return
+        tables = {
+            id(e.table): e.table
+            for e in self.owned.values()
+            if not e.table.owned and address in e.table.addresses
+        }
+        for table in tables.values():
+            for rank, where in enumerate(table.addresses):
+                if where == address:
+                    self.proc_lost(
+                        table,
+                        rank,
+                        f"the process this actor was running on is unreachable: {reason}",
+                    )
+
+    # -- heartbeats ------------------------------------------------------------------------
+
+    def watch(self, table: ProcTable, rank: int) -> None:
+        """Expect heartbeats from a process started here (on the loop)."""
+        self.monitor.watch((table.id, rank))
+        if not self.checking:
+            self.checking = True
+            self.runtime.loop.call_later(self.monitor.interval, self._check)
+
+    def beat(self, header: dict[str, Any], frames: Frames) -> None:
+        self.monitor.beat((header["mesh"], header["rank"]))
+
+    def _check(self) -> None:
+        for peer, silent in self.monitor.overdue():
+            mesh, rank = cast(tuple[str, int], peer)
+            table = self.runtime.tables.get(mesh)
+            if table is None or rank in table.stopping:
+                continue
+            reason = (
+                f"the process this actor was running on sent no heartbeat for {silent:.1f} s "
+                f"(deadline {self.monitor.deadline:g} s, MONARCH_HEARTBEAT_DEADLINE); it was "
+                "declared dead and killed"
+            )
+            log.error("process %s-%s is silent: %s", table.name, rank, reason)
+            emit(HeartbeatMissed(mesh, rank, silent))
+            self.silent[(mesh, rank)] = reason
+            self._kill_silent(table, rank, reason)
+        if self.monitor.watching() and not self.runtime.closing:
+            self.runtime.loop.call_later(self.monitor.interval, self._check)
+        else:
+            self.checking = False
+
+    def _kill_silent(self, table: ProcTable, rank: int, reason: str) -> None:
+        from ._host_agent import agents
+
+        address = table.addresses[rank]
+        if address:  # calls in flight fail now, not when the kill lands
+            self.runtime.peer_lost(address, reason)
+            outbox = self.runtime.outboxes.get(address)
+            if outbox is not None:
+                outbox.fail(reason)
+        agent = agents.get(self.runtime.address)
+        pid = table.pids.get(rank)
+        if agent is not None and pid is not None:
+            agent.kill(pid)  # its exit is then reported with this reason
+        else:
+            self.silent.pop((table.id, rank), None)
+            self.proc_lost(table, rank, reason)
+
+
+def start_heartbeats(runtime: Runtime, owner: str, mesh: str, rank: int, interval: float) -> None:
+    """In a proc: tell the owner it lives, every ``interval`` seconds."""
+    header = {"k": "h", "mesh": mesh, "rank": rank}
+
+    def beat() -> None:
+        if runtime.closing:
+            return
+        runtime.send(owner, header, None)
+        runtime.loop.call_later(interval, beat)
+
+    beat()

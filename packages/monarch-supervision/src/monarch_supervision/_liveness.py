@@ -1,0 +1,69 @@
+"""Liveness policy: how long a process may stay silent, and what its exit
+status means in words."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Hashable
+
+__all__ = ["DEFAULT_HEARTBEAT_DEADLINE", "HeartbeatMonitor", "exit_reason"]
+
+DEFAULT_HEARTBEAT_DEADLINE = 10.0  # seconds without a heartbeat before a process is dead
+
+
+class HeartbeatMonitor:
+    """Deadlines for the peers being watched, on an injectable clock. Each
+    silent peer is reported once by ``overdue`` and then no longer watched."""
+
+    def __init__(self, deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not deadline > 0:
+            raise ValueError(f"the heartbeat deadline must be positive, got {deadline!r}")
+        self.deadline = deadline
+        self.clock = clock
+        self._last: dict[Hashable, float] = {}
+
+    @property
+    def interval(self) -> float:
+        """How often a watched peer should beat: several beats fit in a deadline."""
+        return self.deadline / 5
+
+    def watch(self, peer: Hashable) -> None:
+        self._last[peer] = self.clock()
+
+    def beat(self, peer: Hashable) -> None:
+        if peer in self._last:
+            self._last[peer] = self.clock()
+
+    def forget(self, peer: Hashable) -> None:
+        self._last.pop(peer, None)
+
+    def watching(self) -> list[Hashable]:
+        return list(self._last)
+
+    def overdue(self) -> list[tuple[Hashable, float]]:
+        """Peers silent for longer than the deadline, with how long."""
+        now = self.clock()
+        late = [(p, now - t) for p, t in self._last.items() if now - t > self.deadline]
+        for peer, _ in late:
+            del self._last[peer]
+        return late
+
+
+def exit_reason(code: int) -> str:
+    """What an exit status (negative: killed by that signal) says happened."""
+    if code == 0:
+        return "the process this actor was running on exited with code 0 before it was stopped"
+    if code > 0:
+        return f"the process this actor was running on exited with non-zero code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = {
+        "SIGKILL": " (killed: by a user, a timeout, or the kernel's out-of-memory killer)",
+        "SIGSEGV": " (a segmentation fault: a crash in native code)",
+        "SIGABRT": " (aborted: a failed assertion in native code)",
+        "SIGBUS": " (a bus error: bad memory access in native code)",
+    }.get(name, "")
+    return f"the process this actor was running on was killed by {name}{hint}"

@@ -150,3 +150,108 @@ class Affinity(Actor):
     @endpoint
     def cpus(self) -> list[int]:
         return sorted(os.sched_getaffinity(0))
+
+
+# -- fault injection -------------------------------------------------------------------
+
+
+def note(path: str, line: str) -> None:
+    """Append a line to a file the test reads (processes share no memory)."""
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+class Victim(Actor):
+    """Dies on request, in the ways processes die."""
+
+    def __init__(self, log: str = "", init_seconds: float = 0.0) -> None:
+        self.log = log
+        if log:
+            note(log, f"init {os.getpid()}")
+        time.sleep(init_seconds)
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def block(self, seconds: float) -> float:
+        time.sleep(seconds)  # a sync endpoint, busy
+        return seconds
+
+    @endpoint
+    def die(self, how: str) -> None:
+        if how == "exit":
+            os._exit(3)
+        if how == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
+        if how == "raise":
+            raise ValueError("a bad batch")
+        os.kill(os.getpid(), 9)
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        if self.log:
+            note(self.log, f"cleanup {current_rank().rank} {type(exc).__name__ if exc else None}")
+
+
+class AsyncVictim(Actor):
+    @endpoint
+    async def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    async def nap(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+
+class BadInit(Actor):
+    def __init__(self) -> None:
+        raise ValueError("no config file")
+
+    @endpoint
+    def ping(self) -> int:
+        return 1
+
+
+class Supervisor(Actor):
+    """Owns a mesh of workers in processes of its own; with ``respawn`` its
+    ``__supervise__`` replaces a failed mesh, otherwise failures escalate."""
+
+    def __init__(self, respawn: bool, log: str = "") -> None:
+        self.respawn = respawn
+        self.log = log
+        self.failures: list[str] = []
+        self._start()
+
+    def _start(self) -> None:
+        from monarch_actor import this_host
+
+        self.procs = this_host().spawn_procs(per_host={"w": 2}, name="workers")
+        self.workers = self.procs.spawn("worker", Victim, self.log)
+
+    @endpoint
+    def work(self) -> list[int]:
+        return sorted(self.workers.pid.call().get(timeout=30).values())
+
+    @endpoint
+    def crash_worker(self, rank: int, how: str) -> None:
+        self.workers.slice(w=rank).die.broadcast(how)
+
+    @endpoint
+    def seen(self) -> list[str]:
+        return self.failures
+
+    def __supervise__(self, failure) -> bool:
+        self.failures.append(failure.report())
+        if not self.respawn:
+            return False
+        self.procs.stop().get(timeout=30)
+        self._start()
+        return True
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        if self.log:
+            note(self.log, "supervisor cleanup")

@@ -113,9 +113,9 @@ def proc_exited(runtime: Runtime, table: Any, rank: int, code: int) -> None:
     expected = rank in table.stopping
     emit(ProcExited(table.id, rank, code, expected=expected))
     table.notify_exits()
+    reason = runtime.supervision.exit_reason(table, rank, code)
     if not expected:
-        reason = f"process {table.name}-{rank} exited with code {code}"
-        log.error("%s", reason)
+        log.error("process %s-%s: %s", table.name, rank, reason)
         if not table.ready:
             table.failure = reason
             table.mark_ready()
@@ -124,7 +124,7 @@ def proc_exited(runtime: Runtime, table: Any, rank: int, code: int) -> None:
             outbox = runtime.outboxes.get(address)
             if outbox is not None:
                 outbox.fail(reason)
-    runtime.supervision.proc_exited(table, rank, code, expected)
+    runtime.supervision.proc_exited(table, rank, reason, expected)
 
 
 def when_started(table: Any) -> Future[bool]:

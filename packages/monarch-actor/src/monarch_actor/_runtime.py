@@ -56,6 +56,7 @@ log = logging.getLogger("monarch.actor.runtime")
 Frames = Sequence[bytes | bytearray | memoryview]
 PortHandler = Callable[[dict[str, Any], Frames], None]
 UNKNOWN_ACTOR_GRACE = 10.0  # seconds a message waits for its actor's spawn message
+EXIT_REPORT_GRACE = 1.0  # seconds a lost connection waits for its process's exit status
 
 
 class PortEntry:
@@ -124,6 +125,11 @@ class Outbox:
 
     async def _watch(self, sender: Sender) -> None:
         reason = await sender.wait_closed()
+        if self.runtime.supervision.exit_will_be_reported(self.address):
+            # a process started here: its exit status says more than a closed socket
+            deadline = self.runtime.loop.time() + EXIT_REPORT_GRACE
+            while self.failure is None and self.runtime.loop.time() < deadline:
+                await asyncio.sleep(0.01)
         if not self.runtime.closing:
             self.fail(f"the connection to {self.address} was lost ({reason})")
 

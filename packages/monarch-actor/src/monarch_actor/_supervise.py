@@ -176,11 +176,23 @@ class Supervision:
             owner=report["owner"],
         )
 
-    def proc_exited(self, table: ProcTable, rank: int, code: int, expected: bool) -> None:
+    def exit_reason(self, table: ProcTable, rank: int, code: int) -> str:
+        """Why a process started here exited, in words."""
+        return self.silent.pop((table.id, rank), None) or exit_reason(code)
+
+    def proc_exited(self, table: ProcTable, rank: int, reason: str, expected: bool) -> None:
         self.monitor.forget((table.id, rank))
-        reason = self.silent.pop((table.id, rank), None) or exit_reason(code)
         if not expected:
             self.proc_lost(table, rank, reason)
+
+    def exit_will_be_reported(self, address: str) -> bool:
+        """Whether ``address`` is a live process started here: its exit, with
+        the reason, is reported by the host agent."""
+        for table in self.runtime.tables.values():
+            if table.owned and address in table.addresses:
+                rank = table.addresses.index(address)
+                return rank in table.pids and rank not in table.stopping
+        return False
 
     def proc_lost(self, table: ProcTable, rank: int, reason: str) -> None:
         """Every mesh of this process's with a rank on that process failed there."""

@@ -1,0 +1,332 @@
+"""Fault injection with real processes: what dies, who hears of it, how fast,
+and that nothing hangs. (Run alone in a loop to check that it is stable:
+see docs/concepts/supervision-guarantees.md.)"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from actors import AsyncVictim, BadInit, Supervisor, Victim
+
+import monarch_actor
+from monarch_actor import ActorError, SupervisionError, this_host
+
+DETECT = 2.0  # seconds: a dead process on this host fails pending calls within this
+
+
+@pytest.fixture
+def failures():
+    """The failures that reach the controller's hook during the test."""
+    seen = []
+    before = monarch_actor.unhandled_fault_hook
+    monarch_actor.unhandled_fault_hook = seen.append
+    yield seen
+    monarch_actor.unhandled_fault_hook = before
+
+
+def wait_for(predicate, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def read(path):
+    return Path(path).read_text() if os.path.exists(path) else ""
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("how", "words"),
+    [
+        ("sigkill", "killed by SIGKILL"),
+        ("exit", "exited with non-zero code 3"),
+        ("segfault", "SIGSEGV (a segmentation fault"),
+    ],
+)
+def test_a_process_dying_in_a_call_fails_the_call_and_tells_the_owner(failures, how, words):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    victims = procs.spawn("victims", Victim)
+    victim = victims.slice(gpus=1)
+    victim.pid.call_one().get(timeout=30)
+    started = time.monotonic()
+    with pytest.raises(SupervisionError, match=r"SIGKILL|code 3|SIGSEGV"):
+        victim.die.call_one(how).get(timeout=DETECT)
+    assert time.monotonic() - started < DETECT
+    assert wait_for(lambda: failures)
+    (failure,) = failures
+    assert failure.mesh_name == victims._key and failure.crashed_ranks == [1]
+    assert words in failure.report() and "Victim victims{'gpus': 1/2}" in failure.report()
+    # later calls to the dead rank fail at once, and say why; the others still answer
+    started = time.monotonic()
+    with pytest.raises(SupervisionError, match="has status: failed: .*" + words.split()[0]):
+        victim.pid.call_one().get(timeout=1)
+    with pytest.raises(SupervisionError):
+        victims.pid.call().get(timeout=1)
+    assert time.monotonic() - started < 1
+    assert victims.slice(gpus=0).pid.call_one().get(timeout=10) > 0
+    procs.stop().get(timeout=30)
+    assert len(failures) == 1  # once per failed rank, and a stop is no failure
+
+
+def test_sigkill_while_blocked_in_a_sync_endpoint_fails_every_waiting_call(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    victim = procs.spawn("blocked", Victim)
+    pid = victim.pid.call_one().get(timeout=30)
+    busy = victim.block.call_one(60.0)
+    queued = [victim.pid.call_one() for _ in range(5)]  # behind the busy one
+    time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    started = time.monotonic()
+    for future in [busy, *queued]:
+        with pytest.raises(SupervisionError, match="SIGKILL"):
+            future.get(timeout=DETECT)
+    assert time.monotonic() - started < DETECT
+    assert wait_for(lambda: failures) and failures[0].crashed_ranks == [0]
+    procs.stop().get(timeout=30)
+
+
+def test_sigkill_during_an_async_call(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    victim = procs.spawn("napping", AsyncVictim)
+    pid = victim.pid.call_one().get(timeout=30)
+    napping = victim.nap.call_one(60.0)
+    time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(SupervisionError, match="SIGKILL"):
+        napping.get(timeout=DETECT)
+    assert wait_for(lambda: failures)
+    procs.stop().get(timeout=30)
+
+
+def test_sigkill_during_a_broadcast_reaches_the_owner(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    victims = procs.spawn("victims", Victim)
+    pids = victims.pid.call().get(timeout=30)
+    victims.block.broadcast(60.0)
+    time.sleep(0.2)
+    os.kill(pids[{"gpus": 2}], signal.SIGKILL)
+    assert wait_for(lambda: failures, DETECT)
+    assert failures[0].crashed_ranks == [2] and "SIGKILL" in failures[0].report()
+    with pytest.raises(SupervisionError, match="has status: failed"):
+        victims.slice(gpus=2).pid.call_one().get(timeout=1)
+    procs.stop().get(timeout=30)
+    assert len(failures) == 1
+
+
+def test_sigkill_during_spawn_fails_the_spawn(failures, tmp_path):
+    log = str(tmp_path / "log")
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    slow = procs.spawn("slow", Victim, log, 60.0)  # __init__ sleeps a minute
+    assert wait_for(lambda: read(log).startswith("init"))
+    pid = int(read(log).split()[1])
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(SupervisionError, match="SIGKILL"):
+        slow.initialized.get(timeout=DETECT)
+    assert wait_for(lambda: failures)
+    with pytest.raises(SupervisionError, match=r"cannot spawn .* SIGKILL"):
+        procs.spawn("again", Victim)
+    procs.stop().get(timeout=30)
+
+
+def test_init_raising_fails_the_spawn_with_that_error(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    bad = procs.spawn("bad", BadInit)
+    with pytest.raises(ActorError, match="no config file") as caught:
+        bad.initialized.get(timeout=30)
+    assert isinstance(caught.value.exception, ValueError)
+    with pytest.raises(SupervisionError, match="__init__ of bad raised"):
+        bad.ping.call().get(timeout=10)
+    assert wait_for(lambda: len(failures) == 2)  # each rank, once
+    assert sorted(r for f in failures for r in f.crashed_ranks) == [0, 1]
+    procs.stop().get(timeout=30)
+
+
+def test_an_endpoint_raising_in_a_broadcast_stops_the_actor_and_runs_its_cleanup(
+    failures, tmp_path
+):
+    log = str(tmp_path / "log")
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    victims = procs.spawn("victims", Victim, log)
+    victims.initialized.get(timeout=30)
+    victims.slice(gpus=1).die.broadcast("raise")
+    assert wait_for(lambda: failures)
+    assert "actor explicitly aborted due to" in failures[0].report()
+    assert "a bad batch" in failures[0].report()
+    assert wait_for(lambda: "cleanup 1 ValueError" in read(log))
+    procs.stop().get(timeout=30)
+    assert "cleanup 0 None" in read(log)  # a normal stop: __cleanup__(None)
+
+
+def test_a_supervisor_respawns_its_failed_workers_and_work_goes_on(failures, tmp_path):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    boss = procs.spawn("boss", Supervisor, True)
+    before = boss.work.call_one().get(timeout=60)
+    boss.crash_worker.call_one(1, "sigkill").get(timeout=10)
+    assert wait_for(lambda: boss.seen.call_one().get(timeout=10), 10)
+    after = boss.work.call_one().get(timeout=60)
+    assert set(after).isdisjoint(before)  # new worker processes
+    (report,) = boss.seen.call_one().get(timeout=10)
+    assert "SIGKILL" in report and "worker" in report
+    procs.stop().get(timeout=30)
+    assert failures == []  # handled in the middle of the tree: the controller heard nothing
+    assert wait_for(lambda: not any(alive(p) for p in after))
+
+
+def test_an_unhandled_failure_climbs_to_the_hook_with_its_chain(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    boss = procs.spawn("boss", Supervisor, False)
+    workers = boss.work.call_one().get(timeout=60)
+    boss.crash_worker.call_one(0, "exit").get(timeout=10)
+    assert wait_for(lambda: failures)
+    (failure,) = failures
+    assert failure.mesh_name == boss._key
+    assert "did not handle a supervision event from its child" in failure.report()
+    assert [f.mesh_name.split("-")[0] for f in failure.chain] == ["boss", "worker"]
+    assert "exited with non-zero code 3" in failure.chain[-1].reason
+    with pytest.raises(SupervisionError, match="did not handle"):
+        boss.work.call_one().get(timeout=5)
+    # a failed owner stops what it owns: its other worker is gone too
+    assert wait_for(lambda: not any(alive(p) for p in workers))
+    procs.stop().get(timeout=30)
+
+
+def test_cleanup_runs_after_the_meshes_the_actor_owns_were_stopped(tmp_path):
+    log = str(tmp_path / "log")
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    boss = procs.spawn("boss", Supervisor, True, log)
+    boss.work.call_one().get(timeout=60)
+    procs.stop().get(timeout=30)
+    lines = read(log).splitlines()
+    cleanups = [line for line in lines if "cleanup" in line]
+    assert cleanups[-1] == "supervisor cleanup"
+    assert sorted(cleanups[:-1]) == ["cleanup 0 None", "cleanup 1 None"]
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    sys.path.insert(0, {tests!r})
+    import monarch_actor
+    from monarch_actor import this_host
+    from actors import Victim
+
+    procs = this_host().spawn_procs(per_host={{"gpus": 2}})
+    victims = procs.spawn("victims", Victim)
+    pids = victims.pid.call().get(timeout=30)
+    """
+)
+
+
+def run(body, env=None, timeout=60):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = SCRIPT.format(tests=tests) + textwrap.dedent(body)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_a_silent_process_is_found_by_heartbeats():
+    done = run(
+        """
+        seen = []
+        monarch_actor.unhandled_fault_hook = seen.append
+        os.kill(pids[{"gpus": 1}], signal.SIGSTOP)  # alive, but silent
+        started = time.monotonic()
+        try:
+            victims.slice(gpus=1).block.call_one(0.0).get(timeout=10)
+        except monarch_actor.SupervisionError as error:
+            print("call failed after", round(time.monotonic() - started, 1), error)
+        while not seen and time.monotonic() < started + 10:
+            time.sleep(0.05)
+        print("hook:", seen[0].report() if seen else None)
+        print("survivor:", victims.slice(gpus=0).pid.call_one().get(timeout=10) > 0)
+        procs.stop().get(timeout=30)
+        """,
+        env={"MONARCH_HEARTBEAT_DEADLINE": "1.5"},
+    )
+    assert "call failed after" in done.stdout, done.stderr
+    waited = float(done.stdout.split("call failed after ")[1].split()[0])
+    assert waited < 1.5 + 1.0
+    assert "no heartbeat for" in done.stdout and "MONARCH_HEARTBEAT_DEADLINE" in done.stdout
+    assert "hook: The actor" in done.stdout
+    assert "survivor: True" in done.stdout
+
+
+@pytest.mark.parametrize("hook", ["default", "raises", "returns"])
+def test_the_root_hook_decides_whether_the_script_goes_on(hook):
+    install = {
+        "default": "",
+        "raises": "def hook(f): raise RuntimeError('not mine')\n"
+        "monarch_actor.unhandled_fault_hook = hook",
+        "returns": "monarch_actor.unhandled_fault_hook = lambda f: None",
+    }[hook]
+    done = run(
+        install
+        + textwrap.dedent(
+            """
+            victims.slice(gpus=0).die.broadcast("raise")
+            time.sleep(5)
+            print("went on")
+            procs.stop().get(timeout=30)
+            """
+        )
+    )
+    if hook == "returns":
+        assert "went on" in done.stdout and done.returncode == 0, done.stderr
+    else:
+        assert "went on" not in done.stdout
+        assert done.returncode != 0
+        assert "Unhandled monarch error on the root actor, hostname=" in done.stderr
+        assert "a bad batch" in done.stderr and "KeyboardInterrupt" in done.stderr
+
+
+def test_killing_the_controller_leaves_no_orphans():
+    script = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
+            + textwrap.dedent(
+                """
+                from monarch_actor._host_agent import local_agent
+                boss = procs.slice(gpus=0).spawn("boss", __import__("actors").Supervisor, True)
+                grandchildren = boss.work.call_one().get(timeout=60)
+                everyone = [local_agent().process.pid, *pids.values(), *grandchildren]
+                print(" ".join(map(str, everyone)), flush=True)
+                time.sleep(600)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = script.stdout.readline()
+        pids = [int(p) for p in line.split()]
+        assert len(pids) == 5, (line, script.stderr.read() if script.poll() is not None else "")
+        os.kill(script.pid, signal.SIGKILL)
+        script.wait(30)
+        assert wait_for(lambda: not any(alive(p) for p in pids), 15)
+    finally:
+        script.kill()
+        script.wait()

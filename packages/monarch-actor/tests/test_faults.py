@@ -232,7 +232,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run(body, env=None, timeout=60):
+def run(body, env=None, timeout=60, sigint=signal.SIG_DFL):
     tests = os.path.dirname(os.path.abspath(__file__))
     code = SCRIPT.format(tests=tests) + textwrap.dedent(body)
     return subprocess.run(
@@ -241,6 +241,8 @@ def run(body, env=None, timeout=60):
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+        # as from a terminal, even when these tests run as a background job (SIGINT ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
 
 
@@ -271,32 +273,41 @@ def test_a_silent_process_is_found_by_heartbeats():
     assert "survivor: True" in done.stdout
 
 
-@pytest.mark.parametrize("hook", ["default", "raises", "returns"])
+@pytest.mark.parametrize("hook", ["default", "raises", "returns", "sigint ignored"])
 def test_the_root_hook_decides_whether_the_script_goes_on(hook):
     install = {
         "default": "",
         "raises": "def hook(f): raise RuntimeError('not mine')\n"
         "monarch_actor.unhandled_fault_hook = hook",
-        "returns": "monarch_actor.unhandled_fault_hook = lambda f: None",
+        "returns": "monarch_actor.unhandled_fault_hook = handled.append",
+        "sigint ignored": "",
     }[hook]
     done = run(
-        install
+        "handled = []\n"
+        + install
         + textwrap.dedent(
             """
             victims.slice(gpus=0).die.broadcast("raise")
-            time.sleep(5)
-            print("went on")
+            deadline = time.monotonic() + 30
+            while not handled and time.monotonic() < deadline:
+                time.sleep(0.05)
+            print("went on", len(handled))
             procs.stop().get(timeout=30)
             """
-        )
+        ),
+        sigint=signal.SIG_IGN if hook == "sigint ignored" else signal.SIG_DFL,
     )
     if hook == "returns":
-        assert "went on" in done.stdout and done.returncode == 0, done.stderr
+        assert "went on 1" in done.stdout and done.returncode == 0, done.stderr
     else:
-        assert "went on" not in done.stdout
+        assert "went on" not in done.stdout, done.stderr
         assert done.returncode != 0
         assert "Unhandled monarch error on the root actor, hostname=" in done.stderr
-        assert "a bad batch" in done.stderr and "KeyboardInterrupt" in done.stderr
+        assert "a bad batch" in done.stderr
+        if hook == "sigint ignored":
+            assert "SIGINT is ignored by this process" in done.stderr and done.returncode == 1
+        else:
+            assert "KeyboardInterrupt" in done.stderr
 
 
 def test_killing_the_controller_leaves_no_orphans():

@@ -53,6 +53,8 @@ def run_script(body: str, **kw):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as from a terminal, even when the tests run as a background job (SIGINT ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         **kw,
     )
 

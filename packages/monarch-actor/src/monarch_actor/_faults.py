@@ -2,7 +2,8 @@
 and what happens when it does not handle them. As in Monarch, the default
 hook exits; the runtime turns that into a report on stderr and a
 ``KeyboardInterrupt`` in the script's main thread (exit status 130 if
-uncaught), so nothing fails silently and nothing hangs."""
+uncaught; status 1 where SIGINT is ignored), so nothing fails silently and
+nothing hangs."""
 
 from __future__ import annotations
 
@@ -49,6 +50,21 @@ def report_to_root(failure: MeshFailure) -> None:
         f"Unhandled monarch error on the root actor, hostname={socket.gethostname()}, "
         f"PID={os.getpid()} at time {when}:\n{failure.report()}\n"
     )
+    if callable(signal.getsignal(signal.SIGINT)):
+        sys.stderr.flush()
+        # a real SIGINT aimed at the main thread: it interrupts a sleep or a blocking wait too
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        return
+    # SIGINT is ignored here (a background job of a shell, say): end the script anyway
+    sys.stderr.write("SIGINT is ignored by this process, so it cannot be interrupted: exiting\n")
     sys.stderr.flush()
-    # a real SIGINT aimed at the main thread: it interrupts a sleep or a blocking wait too
-    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    threading.Thread(target=_exit_now, name="monarch-fail-fast", daemon=True).start()
+
+
+def _exit_now() -> None:
+    from ._controller import _stop_everything
+
+    try:
+        _stop_everything()
+    finally:
+        os._exit(1)

@@ -255,3 +255,44 @@ class Supervisor(Actor):
     def __cleanup__(self, exc: BaseException | None) -> None:
         if self.log:
             note(self.log, "supervisor cleanup")
+
+
+class AsyncSupervisor(Actor):
+    """Supervisor, as an async actor with an async ``__supervise__``."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+        self._start()
+
+    def _start(self) -> None:
+        from monarch_actor import this_host
+
+        self.procs = this_host().spawn_procs(per_host={"w": 2}, name="workers")
+        self.workers = self.procs.spawn("worker", Victim)
+
+    @endpoint
+    async def work(self) -> list[int]:
+        return sorted((await self.workers.pid.call()).values())
+
+    @endpoint
+    async def crash_worker(self, rank: int, how: str) -> None:
+        self.workers.slice(w=rank).die.broadcast(how)
+
+    @endpoint
+    async def seen(self) -> list[str]:
+        return self.failures
+
+    async def __supervise__(self, failure) -> bool:
+        await self.procs.stop()
+        self._start()
+        self.failures.append(failure.report())  # last: the test waits for it
+        return True
+
+
+class SlowCleanup(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        time.sleep(600)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from actors import AsyncVictim, BadInit, Supervisor, Victim
+from actors import AsyncSupervisor, AsyncVictim, BadInit, Supervisor, Victim
 
 import monarch_actor
 from monarch_actor import ActorError, SupervisionError, this_host
@@ -172,9 +172,13 @@ def test_an_endpoint_raising_in_a_broadcast_stops_the_actor_and_runs_its_cleanup
     assert "cleanup 0 None" in read(log)  # a normal stop: __cleanup__(None)
 
 
-def test_a_supervisor_respawns_its_failed_workers_and_work_goes_on(failures, tmp_path):
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_supervisor_respawns_its_failed_workers_and_work_goes_on(failures, kind):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
-    boss = procs.spawn("boss", Supervisor, True)
+    if kind == "sync":
+        boss = procs.spawn("boss", Supervisor, True)
+    else:
+        boss = procs.spawn("boss", AsyncSupervisor)
     before = boss.work.call_one().get(timeout=60)
     boss.crash_worker.call_one(1, "sigkill").get(timeout=10)
     assert wait_for(lambda: boss.seen.call_one().get(timeout=10), 10)
@@ -308,6 +312,23 @@ def test_the_root_hook_decides_whether_the_script_goes_on(hook):
             assert "SIGINT is ignored by this process" in done.stderr and done.returncode == 1
         else:
             assert "KeyboardInterrupt" in done.stderr
+
+
+def test_a_slow_cleanup_does_not_hold_up_a_stop():
+    done = run(
+        """
+        from actors import SlowCleanup
+        stuck = procs.spawn("stuck", SlowCleanup)
+        stuck.pid.call().get(timeout=30)
+        started = time.monotonic()
+        procs.stop().get(timeout=30)
+        print("stopped after", round(time.monotonic() - started, 1))
+        """,
+        env={"MONARCH_CLEANUP_TIMEOUT": "1"},
+    )
+    assert "stopped after" in done.stdout, done.stderr
+    assert float(done.stdout.split("stopped after ")[1].split()[0]) < 5
+    assert "did not finish in 1 s" in done.stderr
 
 
 def test_killing_the_controller_leaves_no_orphans():

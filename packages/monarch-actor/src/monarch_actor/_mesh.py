@@ -224,7 +224,7 @@ class ProcMesh(MeshOps):
             raise TypeError(f"spawn() takes the actor mesh's name first, got {name!r}")
         is_async = check_actor_class(Class)
         runtime = get_runtime()
-        why = runtime.supervision.dead(self._table.id, list(self._shape.ndslice))
+        why = runtime.supervision.dead(self._table.id, self._shape.ndslice)
         if why is not None:
             raise SupervisionError(f"cannot spawn {name} on proc mesh {self._table.name}: {why}")
         key = f"{name}-{uuid.uuid4().hex[:12]}"
@@ -352,7 +352,7 @@ class ActorMesh(MeshOps, Generic[A]):
         header.update({"k": "c", "a": self._key, "n": self._name})
         if port is not None:
             header["p"] = [port._address, port._pid]
-        why = runtime.supervision.dead(self._key, list(shape.ndslice))
+        why = runtime.supervision.dead(self._key, shape.ndslice)
         if why is not None and header["op"] == "call":
             error = SupervisionError(
                 f"Endpoint call {self._name}.{header['m']}() failed, the actor mesh "

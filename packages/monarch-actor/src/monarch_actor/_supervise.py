@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -106,10 +107,10 @@ class Supervision:
         self.owned[key] = OwnedMesh(key, owner, handle, procs._table, positions, kind)
         return owner
 
-    def dead(self, key: str, table_ranks: list[int]) -> str | None:
+    def dead(self, key: str, table_ranks: Iterable[int]) -> str | None:
         """Why a message to these processes' ranks of mesh ``key`` cannot be handled."""
         entry = self.owned.get(key)
-        if entry is None:
+        if entry is None or not self.tree.troubled(key):
             return None
         return self.tree.dead(key, [entry.positions.get(r, -1) for r in table_ranks])
 

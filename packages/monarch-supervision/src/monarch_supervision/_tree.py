@@ -140,6 +140,12 @@ class SupervisionTree:
 
     # -- status --------------------------------------------------------------------------
 
+    def troubled(self, mesh: str) -> bool:
+        """Whether any rank of ``mesh`` failed or it was stopped (a quick test
+        for the path of every call: no lock, one lookup)."""
+        known = self._meshes.get(mesh)
+        return known is not None and (known.stopped is not None or bool(known.failed))
+
     def dead(self, mesh: str, ranks: Iterable[int]) -> str | None:
         """Why a call to ``ranks`` of ``mesh`` cannot succeed, or None."""
         with self._lock:

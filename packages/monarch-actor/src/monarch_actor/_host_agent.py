@@ -19,7 +19,9 @@ from monarch_transport import SECRET_ENV, job_secret
 
 from ._runtime import Runtime, get_runtime, job_dir
 
-__all__ = ["HostAgent", "agents", "local_agent"]
+__all__ = ["JOB_DIR_OWNER_ENV", "HostAgent", "agents", "local_agent"]
+
+JOB_DIR_OWNER_ENV = "MONARCH_AGENT_OWNS_JOB_DIR"
 
 
 class HostAgent:
@@ -39,6 +41,9 @@ class HostAgent:
         env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
         # a script that uses torch will have actors that do: import it once, in the agent
         env.setdefault("MONARCH_PRELOAD", "torch" if "torch" in sys.modules else "")
+        # the job's folder belongs to the controller: only its agent may remove it, when
+        # the controller died without cleaning up (an agent started by a proc must not)
+        env[JOB_DIR_OWNER_ENV] = "1" if runtime.role == "controller" else "0"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "monarch_actor._zygote", str(write)],
             stdin=subprocess.PIPE,

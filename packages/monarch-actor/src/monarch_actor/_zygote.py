@@ -142,7 +142,8 @@ class Zygote:
                 os.kill(pid, signal.SIGKILL)
         self.reap()
         folder = os.environ.get("MONARCH_JOB_DIR")
-        if folder and not _alive(self.controller):  # it died without cleaning up
+        owns_folder = os.environ.get("MONARCH_AGENT_OWNS_JOB_DIR") == "1"
+        if folder and owns_folder and not _alive(self.controller):  # died without cleaning up
             shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)
 

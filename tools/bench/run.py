@@ -4,6 +4,7 @@ ratios into docs/benchmarks.md.
     hatch run bench mesh            # measure, print the table
     hatch run bench mesh --write    # ... and update docs/benchmarks.md
     hatch run bench actor --write   # actors: ours, Monarch and Ray; draws the plot
+    hatch run bench rdma --write    # RDMA buffers: ours (same host, tcp), Monarch, memcpy
 
 torchmonarch is installed into a virtual environment of its own (its module
 name clashes with ours), created on first use under .bench-venvs/; so is Ray
@@ -289,7 +290,74 @@ def actor(args: argparse.Namespace) -> str:
     )
 
 
-SUITES = {"mesh": mesh, "transport": transport, "actor": actor}
+# (key, what) of the rdma suite's rows
+RDMA_ROWS = (
+    ("read_1m", "read_into 1 MiB"),
+    ("write_1m", "write_from 1 MiB"),
+    ("read_64m", "read_into 64 MiB"),
+    ("write_64m", "write_from 64 MiB"),
+)
+
+
+def rdma(args: argparse.Namespace) -> str:
+    """RDMA buffers between two processes of this host: ours (same-host
+    backend and tcp forced) against Monarch's RDMABuffer (its TCP fallback)
+    and this machine's memcpy, all in one run."""
+    bench = str(BENCH / "rdma_bench.py")
+    ours = run_json(sys.executable, [bench, "--impl", "ours"], 540) or {}
+    theirs = run_json(monarch_python(args.monarch_python), [bench, "--impl", "monarch"], 540)
+    monarch = (theirs or {}).get("monarch", {})
+    same, tcp = ours.get("auto", {}), ours.get("tcp", {})
+    memcpy = ours.get("memcpy_64m") or (theirs or {}).get("memcpy_64m")
+    header = (
+        "transfer",
+        f"ours, same host ({same.get('backend', '?')})",
+        "ours, tcp",
+        "Monarch 0.7.0 (tcp)",
+        "same host / Monarch",
+        "tcp / Monarch",
+        "same host / memcpy",
+    )
+    table = Table(title="RDMABuffer between two processes of this host (GB/s, median)")
+    for column in header:
+        table.add_column(column, justify="left" if column == "transfer" else "right")
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def gbs(result: dict[str, Any], key: str) -> str:
+        return f"{result[key] / 1e9:.2f}" if key in result else "failed"
+
+    def ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
+        return f"{a[key] / b[key]:.1f}×" if key in a and key in b else "—"
+
+    for key, name in RDMA_ROWS:
+        share = f"{same[key] / memcpy:.0%}" if key in same and memcpy else "—"
+        cells = (
+            name,
+            gbs(same, key),
+            gbs(tcp, key),
+            gbs(monarch, key),
+            ratio(same, monarch, key),
+            ratio(tcp, monarch, key),
+            share,
+        )
+        table.add_row(*cells)
+        rows.append("| " + " | ".join(cells) + " |")
+    Console().print(table)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    copy = f"{memcpy / 1e9:.2f} GB/s" if memcpy else "not measured"
+    return "\n".join(
+        [
+            f"Measured on {machine}, against Monarch 0.7.0 in the same run; memcpy "
+            f"(`ctypes.memmove` of 64 MiB, one thread, median) on this machine: {copy}. "
+            "Rates are medians of 200 (1 MiB) and 15 (64 MiB) transfers of the whole buffer, "
+            "owner and client in two processes of this host.",
+            "",
+            *rows,
+        ]
+    )
+
+
+SUITES = {"mesh": mesh, "transport": transport, "actor": actor, "rdma": rdma}
 
 
 def write_section(name: str, body: str) -> None:

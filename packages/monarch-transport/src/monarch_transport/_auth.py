@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import threading
 from dataclasses import dataclass, field
 
 from ._errors import AuthenticationError
@@ -31,13 +32,17 @@ PROOF = hashlib.sha256().digest_size
 MAX_NAME = 256
 
 
+_making = threading.Lock()
+
+
 def job_secret() -> bytes:
     """This job's secret: ``$MONARCH_JOB_SECRET`` (hex), made and exported on
     first use so that every process the job starts inherits it."""
-    text = os.environ.get(SECRET_ENV)
-    if text is None:
-        text = secrets.token_hex(32)
-        os.environ[SECRET_ENV] = text
+    with _making:  # two threads asking first must not make two secrets
+        text = os.environ.get(SECRET_ENV)
+        if text is None:
+            text = secrets.token_hex(32)
+            os.environ[SECRET_ENV] = text
     try:
         secret = bytes.fromhex(text)
     except ValueError:

@@ -1,0 +1,376 @@
+"""``RDMABuffer``, ``RDMAAction`` and the module functions of ``monarch.rdma``."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import operator
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from monarch_actor import Future
+
+from . import _cma, _ibverbs
+from ._backend import choose, run_transfer
+from ._config import get_config
+from ._memory import LocalMemory, as_local_memory
+from ._registry import Handle, local_owner, registry
+
+__all__ = [
+    "RDMAAction",
+    "RDMABuffer",
+    "get_rdma_backend",
+    "is_ibverbs_available",
+    "is_rdma_available",
+]
+
+U64 = (1 << 64) - 1
+INLINE_BYTES = 4 << 20  # a same-host copy this small runs in the caller: no thread hop
+
+
+def is_ibverbs_available() -> bool:
+    """Whether ibverbs RDMA hardware is usable in this process."""
+    return _ibverbs.available()
+
+
+def is_rdma_available() -> bool:
+    """Deprecated alias of :func:`is_ibverbs_available` (as in Monarch)."""
+    warnings.warn(
+        "is_rdma_available is deprecated because Monarch now supports multiple RDMA backends, "
+        "making this function ambiguous. For now it indicates whether RDMA over ibverbs is "
+        "available. Use is_ibverbs_available() or get_rdma_backend() instead.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return is_ibverbs_available()
+
+
+def get_rdma_backend() -> str:
+    """``"ibverbs"`` with RDMA hardware; ``"tcp"`` when the fallbacks (same-host
+    ``cma`` and ``tcp``) are what this process uses; ``"none"`` when nothing is
+    allowed. ``RDMABuffer.backend`` tells the exact backend of one buffer."""
+    if _ibverbs.available():
+        return "ibverbs"
+    config = get_config()
+    if config.allow_tcp_fallback or (_cma.supported() and not config.disable_cma):
+        return "tcp"
+    return "none"
+
+
+def _timeout(timeout: Any) -> int:
+    value = operator.index(timeout)
+    if value < 0 or value > U64:
+        raise OverflowError("timeout must fit in an unsigned 64-bit integer")
+    return int(value)
+
+
+def _offset(offset: Any) -> int:
+    value = operator.index(offset)
+    if value < 0:
+        raise ValueError(f"offset must be >= 0, got {value}")
+    return int(value)
+
+
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        with _executor_lock:
+            if _executor is None:
+                _executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=max(8, 2 * (os.cpu_count() or 1)),
+                    thread_name_prefix="monarch-rdma",
+                )
+    return _executor
+
+
+def _after_fork() -> None:
+    global _executor
+    _executor = None
+
+
+os.register_at_fork(after_in_child=_after_fork)
+_cuda_checked = False
+
+
+class RDMABuffer:
+    """A registered range of memory that other processes read and write
+    one-sidedly.
+
+    ``RDMABuffer(data)`` registers ``data`` (no copy): a 1-D contiguous torch
+    tensor of any dtype (CPU or CUDA), a 1-D C-contiguous memoryview, or a
+    1-D C-contiguous numpy array. Pickle the buffer (return it from an
+    endpoint, pass it as an argument) and the receiver gets a small handle
+    to the same memory. The owner must keep the memory alive and unchanged
+    while others transfer, until ``drop()``; the registration holds a
+    reference to ``data``.
+    """
+
+    __slots__ = ("__weakref__", "_handle")
+
+    def __init__(self, data: Any) -> None:
+        memory = as_local_memory(data)
+        if memory.nbytes == 0:
+            raise ValueError("Cannot create RDMABuffer with size 0.")
+        if memory.is_cuda:
+            global _cuda_checked
+            if not _cuda_checked:
+                _cuda_checked = True
+                from ._cuda import check_allocator
+
+                check_allocator(memory)
+        if get_rdma_backend() == "none":
+            raise RuntimeError(
+                "Tried to create an RDMABuffer, but RDMA is not available on this platform. "
+                "To enable TCP fallback transport, call "
+                "monarch.configure(rdma_allow_tcp_fallback=True) (here: "
+                "monarch_rdma.configure(allow_tcp_fallback=True)) before creating buffers."
+            )
+        self._handle: Handle = registry().register(memory)
+
+    @classmethod
+    def _from_handle(cls, handle: Handle) -> RDMABuffer:
+        buffer = cls.__new__(cls)
+        buffer._handle = handle
+        return buffer
+
+    def __reduce__(self) -> tuple[Any, tuple[Handle]]:
+        return (_rebuild, (self._handle,))
+
+    def size(self) -> int:
+        """The size of the buffer in bytes."""
+        return self._handle.nbytes
+
+    @property
+    def owner(self) -> str:
+        """The process that owns the memory."""
+        return self._handle.owner.name
+
+    @property
+    def backend(self) -> str:
+        """The backend a transfer from this process to this buffer uses now:
+        ``"ibverbs"``, ``"cma"``, ``"tcp"``, ``"cuda_ipc"`` or ``"none"``."""
+        probe = LocalMemory(0, 0, "cpu", False, None)
+        try:
+            return choose(self._handle, probe, warn=False).name
+        except Exception:
+            return "none"
+
+    def read_into(self, dst: Any, *, timeout: int = 60, offset: int | None = None) -> Future[None]:
+        """Copy this buffer into local ``dst`` (1-D contiguous).
+
+        Without ``offset`` (Monarch's form), ``dst`` must hold at least
+        ``size()`` bytes and its prefix is filled. With ``offset=k`` (our
+        extension), exactly ``dst``'s bytes are read, from byte ``k``.
+        """
+        return RDMAAction().read_remote(dst, self, offset=offset).submit(timeout=timeout)
+
+    def write_from(self, src: Any, *, timeout: int = 60, offset: int | None = None) -> Future[None]:
+        """Copy local ``src`` (1-D contiguous, at most ``size()`` bytes) into this
+        buffer, from byte 0 or from byte ``offset``."""
+        return RDMAAction().write_remote(self, src, offset=offset).submit(timeout=timeout)
+
+    def drop(self) -> Future[None]:
+        """Release the registration (from the owner or from any holder). Later
+        transfers fail with ``RDMABufferDropped``; dropping twice is harmless."""
+        handle = self._handle
+        if local_owner() == handle.owner:  # this process owns it
+            registry().drop(handle.buffer_id, handle.token)
+            return Future._done(None)
+
+        def drop_remote() -> None:
+            from ._tcp import request
+            from ._wire import Op
+
+            request(handle, Op.DROP, time.monotonic() + 60)
+
+        return Future._of(_pool().submit(drop_remote))
+
+    def __repr__(self) -> str:
+        h = self._handle
+        return f"<RDMABuffer {h.buffer_id} of {h.nbytes} bytes ({h.device}) owned by {self.owner}>"
+
+
+def _rebuild(handle: Handle) -> RDMABuffer:
+    return RDMABuffer._from_handle(handle)
+
+
+@dataclass(frozen=True)
+class _Op:
+    handle: Handle
+    local: LocalMemory
+    remote_offset: int
+    nbytes: int
+    write: bool
+    atomic: dict[str, int] | None = None
+
+
+class RDMAAction:
+    """A batch of transfers submitted as one unit.
+
+    ``read_remote``/``write_remote`` queue transfers (checked at once);
+    ``submit()`` starts them all, concurrently, and returns a future that
+    resolves when every one is done, failing with the first failure. A
+    batch can be submitted again. The order of operations inside a batch is
+    not guaranteed.
+    """
+
+    def __init__(self) -> None:
+        self._ops: list[_Op] = []
+
+    def read_remote(self, dst: Any, src: RDMABuffer, *, offset: int | None = None) -> RDMAAction:
+        """Queue a read of RDMA buffer ``src`` into local memory ``dst``."""
+        local = as_local_memory(dst)
+        handle = _handle_of(src)
+        if local.readonly:
+            raise ValueError("destination local memory is read-only; it cannot be read into")
+        if offset is None:
+            if local.nbytes < handle.nbytes:
+                raise ValueError(
+                    f"destination local memory size ({local.nbytes}) must be >= remote buffer "
+                    f"size ({handle.nbytes})"
+                )
+            start, nbytes = 0, handle.nbytes
+        else:
+            start, nbytes = _offset(offset), local.nbytes
+            _check_range(handle, start, nbytes, "read")
+        self._ops.append(_Op(handle, local, start, nbytes, False))
+        return self
+
+    def write_remote(self, dst: RDMABuffer, src: Any, *, offset: int | None = None) -> RDMAAction:
+        """Queue a write of local memory ``src`` into RDMA buffer ``dst``."""
+        local = as_local_memory(src)
+        handle = _handle_of(dst)
+        if handle.readonly:
+            raise ValueError(
+                f"RDMA buffer {handle.buffer_id} was registered from read-only memory; it "
+                "cannot be written"
+            )
+        start = 0 if offset is None else _offset(offset)
+        if offset is None and local.nbytes > handle.nbytes:
+            raise ValueError(
+                f"source local memory size ({local.nbytes}) must be <= remote buffer size "
+                f"({handle.nbytes})"
+            )
+        _check_range(handle, start, local.nbytes, "write")
+        self._ops.append(_Op(handle, local, start, local.nbytes, True))
+        return self
+
+    def fetch_add(self, src: RDMABuffer, dst: Any, add: int, *, offset: int = 0) -> RDMAAction:
+        """Queue an atomic add of ``add`` to the unsigned 64-bit word at byte
+        ``offset`` of ``src``; its previous value lands in ``dst`` (8 bytes,
+        native byte order). Atomic with respect to every other RDMA atomic on
+        that owner (they are executed by the owner's data-plane server)."""
+        local, handle, start = self._atomic_args(src, dst, offset)
+        value = operator.index(add) & U64
+        self._ops.append(_Op(handle, local, start, 8, False, {"add": value}))
+        return self
+
+    def compare_and_swap(
+        self, src: RDMABuffer, dst: Any, compare: int, swap: int, *, offset: int = 0
+    ) -> RDMAAction:
+        """Queue an atomic compare-and-swap of the unsigned 64-bit word at byte
+        ``offset`` of ``src``: set to ``swap`` if it equals ``compare``; its
+        previous value lands in ``dst`` (8 bytes)."""
+        local, handle, start = self._atomic_args(src, dst, offset)
+        args = {"compare": operator.index(compare) & U64, "swap": operator.index(swap) & U64}
+        self._ops.append(_Op(handle, local, start, 8, False, args))
+        return self
+
+    @staticmethod
+    def _atomic_args(src: RDMABuffer, dst: Any, offset: int) -> tuple[LocalMemory, Handle, int]:
+        local = as_local_memory(dst)
+        handle = _handle_of(src)
+        start = _offset(offset)
+        if local.nbytes < 8 or local.readonly or local.is_cuda:
+            raise ValueError("an atomic's destination must be 8 writable bytes of host memory")
+        if handle.readonly or handle.is_cuda:
+            raise ValueError("atomics need a writable host-memory RDMA buffer")
+        _check_range(handle, start, 8, "atomic on")
+        if (handle.addr + start) % 8:
+            raise ValueError(f"atomics need an 8-byte aligned word; offset {start} is not")
+        return local, handle, start
+
+    def submit(self, *, timeout: int = 60) -> Future[None]:
+        """Start every queued operation; the future resolves to ``None`` when
+        all are done, or fails with the first failure (``RDMAError``)."""
+        seconds = _timeout(timeout)
+        deadline = time.monotonic() + min(seconds, 10**9)
+        ops = list(self._ops)
+        if not ops:
+            return Future._done(None)
+        if len(ops) == 1 and ops[0].atomic is None:
+            op = ops[0]
+            backend = None
+            try:
+                backend = choose(op.handle, op.local)
+            except Exception as error:
+                return _failed(error)
+            if backend.name == "cma" and op.nbytes <= INLINE_BYTES:
+                try:
+                    run_transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write,
+                                 deadline, backend)  # fmt: skip
+                except Exception as error:
+                    return _failed(error)
+                return Future._done(None)
+        pool = _pool()
+        futures = [pool.submit(_execute, op, deadline) for op in ops]
+        result: concurrent.futures.Future[None] = concurrent.futures.Future()
+        remaining = [len(futures)]
+        lock = threading.Lock()
+
+        def one_done(_: concurrent.futures.Future[None]) -> None:
+            with lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            for future in futures:  # every op has finished: report the first failure
+                error = future.exception()
+                if error is not None:
+                    result.set_exception(error)
+                    return
+            result.set_result(None)
+
+        for future in futures:
+            future.add_done_callback(one_done)
+        return Future._of(result)
+
+
+def _failed(error: BaseException) -> Future[None]:
+    cf: concurrent.futures.Future[None] = concurrent.futures.Future()
+    cf.set_exception(error)
+    return Future._of(cf)
+
+
+def _execute(op: _Op, deadline: float) -> None:
+    if op.atomic is not None:
+        import ctypes
+
+        from ._tcp import request
+        from ._wire import Op
+
+        code = Op.FETCH_ADD if "add" in op.atomic else Op.COMPARE_SWAP
+        value, _ = request(op.handle, code, deadline, dict(op.atomic), offset=op.remote_offset)
+        ctypes.c_uint64.from_address(op.local.addr).value = value
+        return
+    run_transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write, deadline)
+
+
+def _handle_of(buffer: object) -> Handle:
+    if not isinstance(buffer, RDMABuffer):
+        raise TypeError(f"expected an RDMABuffer, got {type(buffer).__name__}")
+    return buffer._handle
+
+
+def _check_range(handle: Handle, start: int, nbytes: int, what: str) -> None:
+    if start + nbytes > handle.nbytes:
+        raise ValueError(
+            f"{what} of {nbytes} bytes at offset {start} is out of bounds of the remote buffer "
+            f"({handle.nbytes} bytes)"
+        )

@@ -1,0 +1,10 @@
+class PyverbsError(Exception):
+    pass
+
+
+class PyverbsRDMAError(PyverbsError):
+    pass
+
+
+class PyverbsUserError(PyverbsError):
+    pass

@@ -326,7 +326,14 @@ def test_returns_future_starts_the_body_only_when_waited_for():
     async def slow() -> None:
         await asyncio.sleep(5)
 
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError, match=r"did not arrive within 0\.05 s"):
         slow().get(timeout=0.05)
+
+    @returns_future
+    async def gives_up() -> None:
+        raise TimeoutError("the operation's own deadline passed")
+
+    with pytest.raises(TimeoutError, match="operation's own deadline"):  # not mistaken for ours
+        gives_up().get(timeout=5)
     with pytest.raises(TypeError, match="async def"):
         returns_future(lambda: None)

@@ -60,6 +60,8 @@ class Future(Generic[R]):
         try:
             return self._cf.result(timeout)
         except concurrent.futures.TimeoutError:
+            if self._cf.done():  # the operation itself failed with a TimeoutError: that one
+                raise
             raise TimeoutError(f"the result did not arrive within {timeout} s") from None
 
     result = get

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import inspect
 import threading
@@ -18,6 +19,10 @@ __all__ = ["returns_future"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class _Expired(Exception):
+    """The caller's timeout passed before the body finished."""
 
 
 class _LazyFuture(Future[R]):
@@ -46,11 +51,18 @@ class _LazyFuture(Future[R]):
 
     def _run_here(self, timeout: float | None) -> None:
         async def bounded() -> R:
-            return await asyncio.wait_for(self._coro, timeout)
+            task = asyncio.ensure_future(self._coro)
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if not done:  # our deadline, not a TimeoutError of the body's own
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                raise _Expired
+            return task.result()
 
         try:
             self._cf.set_result(asyncio.run(bounded()))
-        except TimeoutError:
+        except _Expired:
             self._cf.set_exception(TimeoutError(f"the result did not arrive within {timeout} s"))
         except BaseException as error:
             self._cf.set_exception(error)

@@ -11,6 +11,7 @@ Everything here needs torch with CUDA; without it the errors say so.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import threading
 from collections.abc import Iterator
@@ -24,11 +25,10 @@ __all__ = ["CudaIpcBackend", "from_host", "owner_share", "staged", "to_host"]
 
 
 def _torch() -> Any:
-    try:
-        import torch
+    try:  # torch is optional: imported by name, so type checking does not need it
+        return importlib.import_module("torch")
     except ImportError:
         raise RDMABackendUnavailable("CUDA transfers need torch, which is not installed") from None
-    return torch
 
 
 def cuda_available() -> bool:

@@ -83,7 +83,8 @@ class ActorHost:
             )
             target, thread_name = self._run_sync, "monarch-actor-driver"
         self.post(header, frames)
-        threading.Thread(target=target, name=thread_name, daemon=True).start()
+        self.thread = threading.Thread(target=target, name=thread_name, daemon=True)
+        self.thread.start()
 
     def post(self, header: dict[str, Any], frames: Frames) -> None:
         """Queue one message (from the control loop)."""

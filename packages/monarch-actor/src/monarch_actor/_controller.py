@@ -11,16 +11,18 @@ import logging
 import socket
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 
 from monarch_mesh import Shape
 from monarch_transport import decode
 
+from ._config import cleanup_timeout
 from ._future import Future
 from ._host_agent import agents
 from ._lifecycle import ProcExited, emit
-from ._runtime import Frames, Runtime, get_runtime, maybe_runtime
+from ._runtime import Frames, Runtime, get_runtime, maybe_runtime, stop_controller_loop
 from ._singletons import install_singletons
 
 __all__ = [
@@ -315,6 +317,21 @@ def _shutdown_at_exit() -> None:
     if runtime is None or runtime.role != "controller":
         return
     _stop_everything()
+    _stop_local_actors(runtime)
+    stop_controller_loop(runtime, 3.0)
+
+
+def _stop_local_actors(runtime: Runtime) -> None:
+    """Stop the actors living in the controller's own process (their
+    ``__cleanup__`` runs) and wait for their threads, within the cleanup timeout."""
+    hosts = list(runtime.actors.values())
+    for host in hosts:
+        runtime.call_soon(
+            host.post, {"k": "c", "op": "stop", "a": host.key, "n": host.name, "b": [0, 1]}, []
+        )
+    deadline = time.monotonic() + cleanup_timeout() + 1.0
+    for host in hosts:
+        host.thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _stop_everything() -> None:

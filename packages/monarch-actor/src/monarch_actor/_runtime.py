@@ -166,6 +166,7 @@ class Runtime:
         self.tables: dict[str, Any] = {}  # proc meshes this process knows, by id
         self.root = self.address  # the controller's address (a proc learns it at start)
         self.owner = ""  # in a proc: the address of the process that started it
+        self.thread: threading.Thread | None = None  # the controller's loop thread
         self.singletons: dict[str, Any] = {}  # get_or_spawn_controller, on the controller
         from ._supervise import Supervision
 
@@ -475,7 +476,26 @@ def _start_controller() -> None:
 
     thread = threading.Thread(target=main, name="monarch-control", daemon=True)
     thread.start()
-    install(started.result(timeout=60))
+    runtime = started.result(timeout=60)
+    runtime.thread = thread
+    install(runtime)
+
+
+def stop_controller_loop(runtime: Runtime, timeout: float) -> None:
+    """End the controller's control loop and wait for its thread: a loop
+    left running while the interpreter shuts down may fire a timer into a
+    finalized interpreter (a crash at exit)."""
+
+    async def close() -> None:
+        try:
+            await runtime.close()
+        finally:
+            runtime.stopped.set()
+
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(close(), runtime.loop).result(timeout)
+    if runtime.thread is not None:
+        runtime.thread.join(timeout)
 
 
 async def _serve_until_stopped(runtime: Runtime) -> None:

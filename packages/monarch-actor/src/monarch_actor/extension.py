@@ -1,0 +1,44 @@
+"""The small public surface sibling packages (``monarch-rdma``,
+``monarch-tensor``, ``monarch-launcher``) build on, so none of them reaches
+into this package's private modules.
+
+>>> import concurrent.futures
+>>> from monarch_actor.extension import future_from, resolved
+>>> cf = concurrent.futures.Future()
+>>> cf.set_result(7)
+>>> future_from(cf).get(), resolved("ok").get()
+(7, 'ok')
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import TypeVar
+
+from ._future import Future
+from ._runtime import maybe_runtime
+
+__all__ = ["future_from", "process_address", "resolved"]
+
+T = TypeVar("T")
+
+
+def future_from(cf: concurrent.futures.Future[T]) -> Future[T]:
+    """A Monarch ``Future`` that completes when ``cf`` does, with its result
+    or its exception. ``cf`` may be completed from any thread."""
+    if not isinstance(cf, concurrent.futures.Future):
+        raise TypeError(f"future_from() takes a concurrent.futures.Future, got {type(cf).__name__}")
+    return Future._of(cf)
+
+
+def resolved(value: T) -> Future[T]:
+    """A Monarch ``Future`` that is already done with ``value``."""
+    return Future._done(value)
+
+
+def process_address() -> str | None:
+    """The transport address this process's actor runtime listens on, or
+    ``None`` when no runtime has started in this process (it never starts
+    one)."""
+    runtime = maybe_runtime()
+    return runtime.address if runtime is not None else None

@@ -278,16 +278,16 @@ def test_as_endpoint_reaches_a_plain_method(procs):
 
 
 def test_lifecycle_events_are_reported():
-    from monarch_actor import _lifecycle
+    from monarch_actor import extension
 
     events = []
-    _lifecycle.subscribe(events.append)
+    extension.subscribe(events.append)
     try:
         local = this_proc().spawn("watched", Counter, 0)
         local.get.call_one().get()
         local.stop().get(timeout=10)
     finally:
-        _lifecycle.unsubscribe(events.append)
+        extension.unsubscribe(events.append)
     kinds = [type(e).__name__ for e in events if getattr(e, "mesh", "").startswith("watched")]
     assert kinds == ["ActorStarted", "ActorStopped"]
 

@@ -339,10 +339,10 @@ def test_killing_the_controller_leaves_no_orphans():
             SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
             + textwrap.dedent(
                 """
-                from monarch_actor._host_agent import local_agent
+                from monarch_actor._api.proc_control import host_agent
                 boss = procs.slice(gpus=0).spawn("boss", __import__("actors").Supervisor, True)
                 grandchildren = boss.work.call_one().get(timeout=60)
-                everyone = [local_agent().process.pid, *pids.values(), *grandchildren]
+                everyone = [host_agent().process.pid, *pids.values(), *grandchildren]
                 print(" ".join(map(str, everyone)), flush=True)
                 time.sleep(600)
                 """

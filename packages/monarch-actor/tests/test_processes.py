@@ -16,7 +16,7 @@ SCRIPT_HEAD = textwrap.dedent(
     """
     import os, sys, time, asyncio
     from monarch_actor import Actor, endpoint, this_host, current_rank
-    from monarch_actor._host_agent import local_agent
+    from monarch_actor._api.proc_control import host_agent
 
     class Pid(Actor):  # defined in __main__: travels by value
         @endpoint
@@ -75,7 +75,7 @@ def test_no_orphans_when_the_controller_ends(how):
         """
         procs = this_host().spawn_procs(per_host={"gpus": 3})
         pids = procs.spawn("pids", Pid).pid.call().get().values()
-        print(" ".join(map(str, [local_agent().process.pid, *pids])), flush=True)
+        print(" ".join(map(str, [host_agent().process.pid, *pids])), flush=True)
         if sys.argv[-1] == "sleep":
             time.sleep(600)
         """.replace("sys.argv[-1]", repr("sleep" if how == "sigkill" else "exit"))
@@ -225,7 +225,7 @@ def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
 def test_proc_bind_pins_each_process_to_its_cpus():
     from actors import Affinity
 
-    from monarch_actor._binding import cpu_list
+    from monarch_actor._procs.binding import cpu_list
 
     usable = sorted(os.sched_getaffinity(0))
     first, last = usable[0], usable[-1]

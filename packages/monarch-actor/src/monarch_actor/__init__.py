@@ -15,9 +15,10 @@ slices of them; replies come back as futures.
 
 from monarch_mesh import Extent, Point
 
-from ._accumulator import Accumulator
-from ._actor import Actor, EndpointProperty, concurrent_endpoint, endpoint
-from ._context import (
+from . import _boot  # noqa: F401  (wires the layers: the controller starts on first use)
+from ._api.accumulator import Accumulator
+from ._api.actor import Actor, EndpointProperty, concurrent_endpoint, endpoint
+from ._api.context import (
     Context,
     Instance,
     context,
@@ -25,16 +26,16 @@ from ._context import (
     current_rank,
     current_size,
 )
-from ._controller import shutdown_context
-from ._endpoint import ActorEndpoint, send
-from ._errors import ActorError, MonarchError, SupervisionError
-from ._faults import MeshFailure, unhandled_fault_hook
-from ._future import Future
-from ._mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
-from ._port import Channel, Port, PortReceiver, RankedPortReceiver
-from ._returns_future import returns_future
-from ._singletons import get_or_spawn_controller
-from ._value_mesh import ValueMesh
+from ._api.endpoint import ActorEndpoint, send
+from ._api.mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
+from ._api.proc_control import shutdown_context
+from ._api.returns_future import returns_future
+from ._api.singletons import get_or_spawn_controller
+from ._api.value_mesh import ValueMesh
+from ._core.errors import ActorError, MonarchError, SupervisionError
+from ._core.future import Future
+from ._core.ports import Channel, Port, PortReceiver, RankedPortReceiver
+from ._supervision.faults import MeshFailure, unhandled_fault_hook
 
 Endpoint = ActorEndpoint
 

@@ -1,6 +1,9 @@
 """The small public surface sibling packages (``monarch-rdma``,
 ``monarch-tensor``, ``monarch-launcher``) build on, so none of them reaches
-into this package's private modules.
+into this package's private modules: making futures, this process's
+address, and the lifecycle events of actors and processes
+(``subscribe(callback)``: each ``monarch_supervision.LifecycleEvent`` of this
+process, on the thread that saw it; callbacks must be quick).
 
 >>> import concurrent.futures
 >>> from monarch_actor.extension import future_from, resolved
@@ -15,10 +18,11 @@ from __future__ import annotations
 import concurrent.futures
 from typing import TypeVar
 
-from ._future import Future
-from ._runtime import maybe_runtime
+from ._core.future import Future
+from ._core.lifecycle import subscribe, unsubscribe
+from ._core.process import maybe_runtime
 
-__all__ = ["future_from", "process_address", "resolved"]
+__all__ = ["future_from", "process_address", "resolved", "subscribe", "unsubscribe"]
 
 T = TypeVar("T")
 

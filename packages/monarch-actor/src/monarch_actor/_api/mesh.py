@@ -1,16 +1,13 @@
 """Meshes of hosts, processes and actors, and the handles that reach them.
 
-A ``ProcTable`` is what this process knows of one proc mesh's processes
-(their addresses, once they have started). Every ``ProcMesh`` and
-``ActorMesh`` handle is a ``Shape`` over its table's ranks, so a slice is a
-new shape over the same table and pickles to a small reference.
+Every ``ProcMesh`` and ``ActorMesh`` handle is a ``Shape`` over the ranks of
+its proc mesh's ``ProcTable`` (what this process knows of the processes), so
+a slice is a new shape over the same table and pickles to a small reference.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -18,95 +15,31 @@ from typing import Any, Generic, TypeVar
 from monarch_mesh import Shape, Slice
 from monarch_transport import encode
 
-from ._actor import EndpointProperty, check_actor_class
-from ._binding import check_binding
-from ._endpoint import ActorEndpoint, _Gather
-from ._errors import SupervisionError
-from ._future import Future
-from ._mesh_ops import MeshOps
-from ._port import Port
-from ._runtime import Frames, Runtime, get_runtime
+from .._core.errors import SupervisionError
+from .._core.future import Future
+from .._core.gather import Gather
+from .._core.ports import Port
+from .._core.process import get_runtime
+from .._core.router import Frames
+from .._core.wire import Key, Kind, Op
+from .._procs.binding import check_binding
+from .._procs.table import ProcTable, table_for
+from .._supervision.supervise import Supervision
+from .actor import EndpointProperty, check_actor_class
+from .endpoint import ActorEndpoint
+from .mesh_ops import MeshOps
+from .proc_control import (
+    host_agent,
+    set_logging,
+    shutdown_context,
+    start_procs,
+    stop_procs,
+    when_started,
+)
 
-__all__ = ["ActorMesh", "HostMesh", "ProcMesh", "ProcTable", "this_host", "this_proc"]
+__all__ = ["ActorMesh", "HostMesh", "ProcMesh", "this_host", "this_proc"]
 
 A = TypeVar("A")
-READY_TIMEOUT = 120.0  # seconds to wait for a proc mesh to start before pickling it
-
-
-class ProcTable:
-    """The processes of one proc mesh as this process knows them."""
-
-    def __init__(
-        self, mesh_id: str, name: str, size: int, addresses: list[str] | None = None
-    ) -> None:
-        self.id = mesh_id
-        self.name = name
-        self.size = size
-        self.addresses: list[str | None] = list(addresses) if addresses else [None] * size
-        self.ready = addresses is not None
-        self.ready_event = threading.Event()
-        if self.ready:
-            self.ready_event.set()
-        self.pending: list[Callable[[], None]] = []
-        self.pids: dict[int, int] = {}  # rank -> pid, while the process lives
-        self.exit_waiters: list[tuple[list[int], Callable[[], None]]] = []
-        self.failure: str | None = None
-        self.owned = False
-        self.stopping: set[int] = set()  # ranks asked to stop: their exit is no failure
-
-    @property
-    def stopped(self) -> bool:
-        return len(self.stopping) == self.size
-
-    def when_ready(self, fn: Callable[[], None]) -> None:  # on the loop
-        if self.ready:
-            fn()
-        else:
-            self.pending.append(fn)
-
-    def mark_ready(self) -> None:  # on the loop
-        self.ready = True
-        self.ready_event.set()
-        pending, self.pending = self.pending, []
-        for fn in pending:
-            fn()
-
-    def when_exited(self, ranks: list[int], fn: Callable[[], None]) -> None:  # on the loop
-        """Call ``fn`` once every process of ``ranks`` has exited."""
-        self.exit_waiters.append((ranks, fn))
-        self.notify_exits()
-
-    def notify_exits(self) -> None:  # on the loop
-        waiting = []
-        for ranks, fn in self.exit_waiters:
-            if any(rank in self.pids for rank in ranks):
-                waiting.append((ranks, fn))
-            else:
-                fn()
-        self.exit_waiters = waiting
-
-    def wait_ready(self, runtime: Runtime) -> list[str]:
-        if not self.ready_event.is_set():
-            if runtime.on_loop():
-                raise RuntimeError(f"proc mesh {self.name} is still starting")
-            if not self.ready_event.wait(READY_TIMEOUT):
-                raise TimeoutError(f"proc mesh {self.name} did not start in {READY_TIMEOUT} s")
-        if self.failure is not None:
-            raise RuntimeError(f"proc mesh {self.name} failed to start: {self.failure}")
-        return [a or "" for a in self.addresses]
-
-
-def table_for(mesh_id: str, name: str, addresses: list[str]) -> ProcTable:
-    """The table of a mesh received from another process (one per mesh here)."""
-    runtime = get_runtime()
-    tables: dict[str, ProcTable] = runtime.tables
-    table = tables.get(mesh_id)
-    if table is None:
-        table = tables[mesh_id] = ProcTable(mesh_id, name, len(addresses), addresses)
-    elif not table.ready and all(addresses):
-        table.addresses = list(addresses)
-        runtime.call_soon(table.mark_ready)
-    return table
 
 
 def _proc_mesh_ref(
@@ -143,8 +76,6 @@ class HostMesh(MeshOps):
     ) -> ProcMesh:
         """Start processes on every host: ``per_host={"gpus": 8}`` gives each
         host 8. Returns at once; the processes start in the background."""
-        from ._controller import spawn_procs
-
         per_host = dict(per_host or {})
         for label, size in per_host.items():
             if (
@@ -177,20 +108,17 @@ class HostMesh(MeshOps):
             raise TypeError(f"bootstrap must be a callable, got {type(bootstrap).__name__}")
         labels = self._shape.labels + list(per_host)
         sizes = list(self._shape.extent.sizes) + list(per_host.values())
-        procs: ProcMesh = spawn_procs(
-            self,
-            Shape(labels, Slice.new_row_major(sizes)),
-            per_host,
-            bootstrap,
-            name or "anon",
-            proc_bind,
-        )
+        shape = Shape(labels, Slice.new_row_major(sizes))
+        name = name or "anon"
+        table = ProcTable(f"{name}-{uuid.uuid4().hex[:12]}", name, len(shape))
+        procs = ProcMesh(table, shape, self)
+        Supervision.of(get_runtime()).adopt(procs, "proc")
+        start_procs(self._agents[0](), table, per_host, bootstrap, proc_bind)
         return procs
 
     def shutdown(self) -> Future[None]:
-        from ._controller import shutdown_host
-
-        return shutdown_host(self)
+        """Stop every process this script started on these hosts, and their agents."""
+        return shutdown_context()
 
     @property
     def initialized(self) -> Future[bool]:
@@ -224,21 +152,22 @@ class ProcMesh(MeshOps):
             raise TypeError(f"spawn() takes the actor mesh's name first, got {name!r}")
         is_async = check_actor_class(Class)
         runtime = get_runtime()
-        why = runtime.supervision.dead(self._table.id, self._shape.ndslice)
+        supervision = Supervision.of(runtime)
+        why = supervision.dead(self._table.id, self._shape.ndslice)
         if why is not None:
             raise SupervisionError(f"cannot spawn {name} on proc mesh {self._table.name}: {why}")
         key = f"{name}-{uuid.uuid4().hex[:12]}"
         frames = encode((Class, args, kwargs, {"proc_mesh": self._known()}))
         mesh: ActorMesh[A] = ActorMesh(Class, key, name, self, self._shape, is_async)
-        owner = runtime.supervision.adopt(mesh, "actor")
+        owner = supervision.adopt(mesh, "actor")
         header = {
-            "op": "spawn",
-            "async": is_async,
-            "o": runtime.address,
-            "oa": owner,
-            "t": self._table.id,
+            Key.OP: Op.SPAWN,
+            Key.ASYNC: is_async,
+            Key.OWNER: runtime.address,
+            Key.OWNER_ACTOR: owner,
+            Key.TABLE: self._table.id,
         }
-        started = _Gather(runtime, len(self._shape), "all", self._shape)
+        started = Gather(runtime, len(self._shape), "all")
         mesh._started = started.result
         mesh._cast_message(self._shape, header, frames, started, None)
         return mesh  # type: ignore[return-value]
@@ -249,14 +178,11 @@ class ProcMesh(MeshOps):
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every actor (running ``__cleanup__``) and every process of this mesh."""
-        from ._controller import stop_procs
-
-        return stop_procs(self, reason)
+        return stop_procs(self._table, list(self._shape.ndslice), reason)
 
     @property
     def initialized(self) -> Future[bool]:
-        from ._controller import when_started
-
+        """Resolves to ``True`` once every process has started; raises if one failed to."""
         return when_started(self._table)
 
     @property
@@ -272,8 +198,6 @@ class ProcMesh(MeshOps):
         level: int = 20,
     ) -> None:
         """Stream the processes' stdout and stderr to this script, tagged with rank."""
-        from ._controller import set_logging
-
         if not 0 <= level <= 255:
             raise ValueError(f"level must be in 0..255, got {level}")
         await set_logging(self, stream_to_client, aggregate_window_sec, level)
@@ -344,18 +268,18 @@ class ActorMesh(MeshOps, Generic[A]):
         shape: Shape,
         header: dict[str, Any],
         frames: Frames,
-        gather: _Gather | None,
+        gather: Gather | None,
         port: Port[Any] | None,
     ) -> None:
         runtime = get_runtime()
         table = self._procs._table
-        header.update({"k": "c", "a": self._key, "n": self._name})
+        header.update({Key.KIND: Kind.CALL, Key.ACTOR: self._key, Key.NAME: self._name})
         if port is not None:
-            header["p"] = [port._address, port._pid]
-        why = runtime.supervision.dead(self._key, shape.ndslice)
-        if why is not None and header["op"] == "call":
+            header[Key.REPLY_TO] = [port._address, port._pid]
+        why = Supervision.of(runtime).dead(self._key, shape.ndslice)
+        if why is not None and header[Key.OP] == Op.CALL:
             error = SupervisionError(
-                f"Endpoint call {self._name}.{header['m']}() failed, the actor mesh "
+                f"Endpoint call {self._name}.{header[Key.METHOD]}() failed, the actor mesh "
                 f"{self._name} has status: {why}"
             )
             if gather is None:
@@ -366,7 +290,7 @@ class ActorMesh(MeshOps, Generic[A]):
         def go() -> None:
             addresses = [table.addresses[rank] or "" for rank in shape.ndslice]
             if gather is not None:
-                header["p"] = gather.open(addresses)
+                header[Key.REPLY_TO] = gather.open(addresses)
             runtime.cast(shape, addresses, header, frames)
 
         runtime.call_soon(table.when_ready, go)
@@ -375,11 +299,10 @@ class ActorMesh(MeshOps, Generic[A]):
         """Stop these actors (their ``__cleanup__`` runs); their processes stay."""
         runtime = get_runtime()
         if len(self._shape) == len(self._procs._shape):
-            runtime.supervision.stopping(self._key, reason)
-        gather = _Gather(runtime, len(self._shape), "all", self._shape)
-        self._cast_message(
-            self._shape, {"op": "stop", "m": "stop", "why": reason}, encode(None), gather, None
-        )
+            Supervision.of(runtime).stopping(self._key, reason)
+        gather = Gather(runtime, len(self._shape), "all")
+        header = {Key.OP: Op.STOP, Key.METHOD: "stop", Key.WHY: reason}
+        self._cast_message(self._shape, header, encode(None), gather, None)
         done: Future[Any] = Future._of(gather.result)
         return done
 
@@ -424,7 +347,6 @@ class _NotAnEndpoint:
 
 
 _singletons: dict[str, ProcMesh] = {}
-_ids = itertools.count()
 
 
 def this_proc() -> ProcMesh:
@@ -439,9 +361,7 @@ def this_proc() -> ProcMesh:
 
 def this_host() -> HostMesh:
     """The host this code runs on, as a mesh with no dimensions."""
-    from ._host_agent import local_agent
-
-    return HostMesh(Shape.unity(), [local_agent])
+    return HostMesh(Shape.unity(), [host_agent])
 
 
 def as_endpoint(

@@ -22,6 +22,7 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
@@ -36,18 +37,19 @@ def die_with_parent(sig: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
-def preload() -> None:
+def preload(entry_module: str) -> None:
     names = os.environ.get("MONARCH_PRELOAD")
     wanted = (names or "").split(",")
-    for name in ["monarch_actor._proc_main", *filter(None, (n.strip() for n in wanted))]:
+    for name in [entry_module, *filter(None, (n.strip() for n in wanted))]:
         if importlib.util.find_spec(name) is not None:
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
 
 
 class Zygote:
-    def __init__(self, events_fd: int) -> None:
+    def __init__(self, events_fd: int, entry: str) -> None:
         self.events_fd = events_fd
+        self.entry = entry  # "module:function" each proc runs, with its start blob
         self.controller = os.getppid()
         self.children: set[int] = set()
         self.wake_r, self.wake_w = os.pipe()
@@ -105,7 +107,11 @@ class Zygote:
             if pid == 0:
                 return
             self.children.discard(pid)
-            self.emit({"ev": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+            event = {"ev": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)}
+            why = last_words(pid)
+            if why:
+                event["why"] = why
+            self.emit(event)
 
     def become_proc(self, blob: bytes) -> None:
         code = 1
@@ -119,13 +125,12 @@ class Zygote:
             os.dup2(devnull, 0)
             os.close(devnull)
             die_with_parent(signal.SIGKILL)
-            from monarch_actor._proc_main import main
-
-            code = main(blob)
+            module, _, function = self.entry.partition(":")
+            code = getattr(importlib.import_module(module), function)(blob)
         except BaseException:
-            import traceback
-
-            traceback.print_exc()
+            text = traceback.format_exc()
+            sys.stderr.write(text)
+            leave_last_words(text)
         finally:
             os._exit(code)
 
@@ -148,6 +153,37 @@ class Zygote:
         os._exit(0)
 
 
+LAST_WORDS_LIMIT = 4000  # characters of a failed proc's traceback kept for its error
+
+
+def _last_words_path(pid: int) -> str | None:
+    folder = os.environ.get("MONARCH_JOB_DIR")
+    return os.path.join(folder, f"proc-{pid}.failed") if folder else None
+
+
+def leave_last_words(text: str) -> None:
+    """In a proc that fails while starting: keep why, for its owner's error."""
+    path = _last_words_path(os.getpid())
+    if path is not None:
+        with contextlib.suppress(OSError), open(path, "w") as out:
+            out.write(text[-LAST_WORDS_LIMIT:])
+
+
+def last_words(pid: int) -> str:
+    """What a proc that failed while starting left (removed once read)."""
+    path = _last_words_path(pid)
+    if path is None:
+        return ""
+    try:
+        with open(path) as source:
+            text = source.read()
+    except OSError:
+        return ""
+    with contextlib.suppress(OSError):
+        os.remove(path)
+    return text
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -160,11 +196,11 @@ def _alive(pid: int) -> bool:
 
 def main() -> None:
     die_with_parent(signal.SIGTERM)
-    events_fd = int(sys.argv[1])
+    events_fd, entry = int(sys.argv[1]), sys.argv[2]
     if os.getppid() == 1:  # the controller died before we got here
         os._exit(0)
-    preload()
-    Zygote(events_fd).serve()
+    preload(entry.partition(":")[0])
+    Zygote(events_fd, entry).serve()
 
 
 if __name__ == "__main__":

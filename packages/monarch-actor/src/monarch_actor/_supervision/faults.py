@@ -14,10 +14,11 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 
 from monarch_supervision import MeshFailure, run_fault_hook
 
-__all__ = ["MeshFailure", "report_to_root", "unhandled_fault_hook"]
+__all__ = ["MeshFailure", "before_fail_fast_exit", "report_to_root", "unhandled_fault_hook"]
 
 log = logging.getLogger("monarch.actor.faults")
 
@@ -61,10 +62,18 @@ def report_to_root(failure: MeshFailure) -> None:
     threading.Thread(target=_exit_now, name="monarch-fail-fast", daemon=True).start()
 
 
-def _exit_now() -> None:
-    from ._controller import _stop_everything
+_cleanups: list[Callable[[], None]] = []
 
+
+def before_fail_fast_exit(cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup`` (stopping the procs this script started) before a
+    fail-fast exit that cannot go through the interpreter's normal exit."""
+    _cleanups.append(cleanup)
+
+
+def _exit_now() -> None:
     try:
-        _stop_everything()
+        for cleanup in _cleanups:
+            cleanup()
     finally:
         os._exit(1)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import contextvars
 from typing import TYPE_CHECKING, Any
 
 from monarch_mesh import Extent, Point
 
+from .._core.current import current
+from .._core.process import get_runtime
+from .mesh import ProcMesh, this_proc
+
 if TYPE_CHECKING:
-    from ._actor_host import ActorHost
-    from ._mesh import ProcMesh
+    from .actor_host import ActorHost
 
 __all__ = [
     "Context",
@@ -47,8 +49,6 @@ class Instance:
     @property
     def proc_mesh(self) -> ProcMesh:
         if self._proc_mesh is None:
-            from ._mesh import this_proc
-
             return this_proc()
         return self._proc_mesh
 
@@ -99,6 +99,12 @@ class Context:
         self._header = header  # the message's header: its rank is worked out when asked
 
     @property
+    def actor_key(self) -> str | None:
+        """The key of the running actor's mesh (``None`` for the root client)."""
+        host = self.actor_instance._host
+        return host.key if host is not None else None
+
+    @property
     def message_rank(self) -> Point:
         if self._rank is None:
             labels, _offset, sizes, _strides = self._header["s"]  # type: ignore[index]
@@ -106,29 +112,16 @@ class Context:
         return self._rank
 
 
-_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
-    "monarch_context", default=None
-)
 _root: Context | None = None
-
-
-def set_current(ctx: Context | None) -> contextvars.Token[Context | None]:
-    return _current.set(ctx)
-
-
-def reset_current(token: contextvars.Token[Context | None]) -> None:
-    _current.reset(token)
 
 
 def context() -> Context:
     """The running actor and its current message; on the controller, the root client."""
-    ctx = _current.get()
+    ctx: Context | None = current()
     if ctx is not None:
         return ctx
     global _root
     if _root is None:
-        from ._runtime import get_runtime
-
         runtime = get_runtime()
         _root = Context(
             Instance("root", "root", EMPTY_POINT, None, f"root@{runtime.address}", "<root>"),

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ._endpoint import ActorEndpoint
-from ._future import Future
+from .._core.future import Future
+from .endpoint import ActorEndpoint
 
 __all__ = ["Accumulator"]
 

@@ -1,11 +1,12 @@
 """The controller's side of the host agent: starts the fork server
-(``_zygote``), asks it for processes, and hears from it which exited."""
+(``zygote``), asks it for processes, and hears from it which exited and why."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -17,7 +18,8 @@ import msgpack  # type: ignore[import-untyped]
 
 from monarch_transport import SECRET_ENV, job_secret
 
-from ._runtime import Runtime, get_runtime, job_dir
+from .._core.process import get_runtime, job_dir
+from .._core.router import Runtime
 
 __all__ = ["JOB_DIR_OWNER_ENV", "HostAgent", "agents", "local_agent"]
 
@@ -27,9 +29,11 @@ JOB_DIR_OWNER_ENV = "MONARCH_AGENT_OWNS_JOB_DIR"
 class HostAgent:
     """The fork server of this host, started on first use, and the procs it started."""
 
-    def __init__(self, runtime: Runtime, on_exit: Callable[[Any, int, int], None]) -> None:
+    def __init__(
+        self, runtime: Runtime, on_exit: Callable[[Any, int, int, str], None], entry: str
+    ) -> None:
         self.runtime = runtime
-        self.on_exit = on_exit  # (proc table, rank, exit code), on the loop
+        self.on_exit = on_exit  # (proc table, rank, exit code, its last words), on the loop
         self.lock = threading.Lock()
         self.ids = itertools.count()
         self.owners: dict[int, tuple[Any, int]] = {}  # pid -> (table, rank)
@@ -45,7 +49,7 @@ class HostAgent:
         # the controller died without cleaning up (an agent started by a proc must not)
         env[JOB_DIR_OWNER_ENV] = "1" if runtime.role == "controller" else "0"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "monarch_actor._zygote", str(write)],
+            [sys.executable, "-m", "monarch_actor._procs.zygote", str(write), entry],
             stdin=subprocess.PIPE,
             pass_fds=(write,),
             env=env,
@@ -57,7 +61,10 @@ class HostAgent:
     def spawn(self, table: Any, rank: int, info: dict[str, Any]) -> None:
         request = next(self.ids)
         self.spawning[request] = (table, rank)
-        self._command({"op": "spawn", "id": request, "blob": cloudpickle.dumps(info)})
+        # the controller's sys.path travels outside the pickled info: the proc
+        # needs it to unpickle what the info refers to (a bootstrap function)
+        start = {"path": info.pop("path", None), "info": cloudpickle.dumps(info)}
+        self._command({"op": "spawn", "id": request, "blob": pickle.dumps(start)})
 
     def kill(self, pid: int, sig: int = 9) -> None:
         self._command({"op": "kill", "pid": pid, "sig": sig})
@@ -94,7 +101,7 @@ class HostAgent:
         elif event["ev"] == "exited":
             owner = self.owners.pop(event["pid"], None)
             if owner is not None:
-                self.on_exit(owner[0], owner[1], event["code"])
+                self.on_exit(owner[0], owner[1], event["code"], event.get("why", ""))
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -107,14 +114,12 @@ class HostAgent:
 agents: dict[str, HostAgent] = {}
 
 
-def local_agent() -> HostAgent:
+def local_agent(on_exit: Callable[[Any, int, int, str], None], entry: str) -> HostAgent:
+    """This process's host agent, started on first use: each proc it forks
+    runs ``entry`` ("module:function", given the proc's start blob), and
+    ``on_exit(table, rank, code, why)`` hears of every one that exits."""
     runtime = get_runtime()
     agent = agents.get(runtime.address)
     if agent is None:
-        from ._controller import proc_exited
-
-        def exited(table: Any, rank: int, code: int) -> None:
-            proc_exited(runtime, table, rank, code)
-
-        agent = agents[runtime.address] = runtime.run_sync(HostAgent, runtime, exited)
+        agent = agents[runtime.address] = runtime.run_sync(HostAgent, runtime, on_exit, entry)
     return agent

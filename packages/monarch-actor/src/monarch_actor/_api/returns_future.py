@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, ParamSpec, TypeVar
 
-from ._future import INTERNAL, Future
+from .._core.future import INTERNAL, Future
 
 __all__ = ["returns_future"]
 

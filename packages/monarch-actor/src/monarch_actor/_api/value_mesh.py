@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 
 from monarch_mesh import Point, Shape, Slice
 
-from ._mesh_ops import MeshOps
+from .mesh_ops import MeshOps
 
 __all__ = ["ValueMesh"]
 __test__ = {"Slice": Slice}  # the doctest builds shapes from slices

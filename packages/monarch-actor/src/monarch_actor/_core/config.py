@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from monarch_supervision import DEFAULT_HEARTBEAT_DEADLINE
+
 __all__ = ["cast_fanout", "cleanup_timeout", "heartbeat_deadline"]
 
 
@@ -42,8 +44,6 @@ def _seconds(name: str, default: float) -> float:
 
 def heartbeat_deadline() -> float:
     """Seconds a process may stay silent before its owner counts it dead."""
-    from monarch_supervision import DEFAULT_HEARTBEAT_DEADLINE
-
     return _seconds("MONARCH_HEARTBEAT_DEADLINE", DEFAULT_HEARTBEAT_DEADLINE)
 
 

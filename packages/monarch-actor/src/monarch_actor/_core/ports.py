@@ -9,8 +9,10 @@ from typing import Any, Generic, TypeVar
 
 from monarch_transport import DecodeError, decode
 
-from ._future import Future
-from ._runtime import Frames, get_runtime
+from .future import Future
+from .process import get_runtime
+from .router import Frames
+from .wire import Key, port_header
 
 __all__ = ["Channel", "Port", "PortReceiver", "RankedPortReceiver"]
 
@@ -30,13 +32,11 @@ class Port(Generic[R]):
         self.return_undeliverable = True
 
     def send(self, obj: R) -> None:
-        get_runtime().send(self._address, {"k": "p", "pid": self._pid, "r": self._rank}, obj)
+        get_runtime().send(self._address, port_header(self._pid, self._rank), obj)
 
     def exception(self, exc: BaseException) -> None:
         """The receiver raises ``exc``."""
-        get_runtime().send(
-            self._address, {"k": "p", "pid": self._pid, "r": self._rank, "x": 1}, exc
-        )
+        get_runtime().send(self._address, port_header(self._pid, self._rank, failed=True), exc)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Port, (self._address, self._pid, self._rank))
@@ -60,11 +60,11 @@ class PortReceiver(Generic[R]):
     def _deliver(self, header: dict[str, Any], frames: Frames) -> None:  # on the loop
         try:
             value = decode(frames)[1]
-            failed = bool(header.get("x"))
+            failed = Key.FAILED in header
         except DecodeError as error:
             value, failed = error, True
         if self._ranked and not failed:
-            value = (header.get("r", 0), value)
+            value = (header.get(Key.RANK, 0), value)
         if self._waiters:
             waiter = self._waiters.popleft()
             if failed:

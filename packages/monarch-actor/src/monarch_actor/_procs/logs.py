@@ -7,13 +7,16 @@ lines from several ranks are shown once per aggregation window."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
 from collections import OrderedDict
 from typing import Any
 
-from ._runtime import Runtime, get_runtime
+from .._core.process import get_runtime
+from .._core.router import Runtime
+from .._core.wire import Key, Kind
 
 __all__ = ["capture_output", "configure_streaming", "set_forwarding", "show_lines"]
 
@@ -63,7 +66,8 @@ def _pump(
         *lines, partial = data.split(b"\n")
         if lines:
             text = [line.decode(errors="replace") for line in lines]
-            runtime.send(owner, {"k": "l", "rank": rank, "proc": name, "fd": fd}, text)
+            header = {Key.KIND: Kind.LOGS, Key.RANK: rank, Key.PROC: name, Key.FD: fd}
+            runtime.send(owner, header, text)
 
 
 # -- the owner's side ---------------------------------------------------------------------
@@ -107,12 +111,10 @@ _aggregator = _Aggregator()
 
 
 def show_lines(header: dict[str, Any], lines: Any) -> None:
-    _aggregator.add(header["fd"], header["rank"], header.get("proc", "?"), list(lines))
+    _aggregator.add(header[Key.FD], header[Key.RANK], header.get(Key.PROC, "?"), list(lines))
 
 
 async def configure_streaming(mesh: Any, stream: bool, window: int | None, level: int) -> None:
-    import asyncio
-
     if window is not None and (
         isinstance(window, bool) or not isinstance(window, int | float) or window < 0
     ):
@@ -129,7 +131,7 @@ async def configure_streaming(mesh: Any, stream: bool, window: int | None, level
         for rank in ranks:
             address = table.addresses[rank]
             if address:
-                runtime.send(address, {"k": "g"}, stream)
+                runtime.send(address, {Key.KIND: Kind.LOG_MODE}, stream)
         caller.call_soon_threadsafe(_finish, done)
 
     runtime.call_soon(table.when_ready, go)

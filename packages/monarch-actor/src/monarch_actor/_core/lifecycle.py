@@ -40,11 +40,13 @@ _lock = threading.Lock()
 
 
 def subscribe(callback: Callable[[LifecycleEvent], None]) -> None:
+    """Call ``callback(event)`` for every lifecycle event of this process."""
     with _lock:
         _subscribers.append(callback)
 
 
 def unsubscribe(callback: Callable[[LifecycleEvent], None]) -> None:
+    """Stop calling ``callback``."""
     with _lock:
         if callback in _subscribers:
             _subscribers.remove(callback)

@@ -1,33 +1,30 @@
-"""The runtime of one process: its control loop, its listener, its outboxes to
-other processes, the actors it hosts and the ports it receives on.
+"""The router of one process: its control loop, its listener, its outboxes
+to other processes and the ports it receives on. It knows nothing of
+meshes, actors or supervision: the layers above register a handler for each
+kind of message they own (``Runtime.handle``) and the services they keep per
+process (``Runtime.provide``).
 
 The control loop only routes: it reads a message's msgpack header, forwards
-casts down their multicast tree, hands actor messages to the actor's own
-thread and replies to ports. Payloads are pickled and unpickled on the
-threads of the callers and the actors, so a slow endpoint or a big argument
-never stalls it.
+casts down their multicast tree, hands each message to its kind's handler
+and values to ports. Payloads are pickled and unpickled on the threads of
+the callers and the actors, so a slow endpoint or a big argument never
+stalls it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import collections
 import concurrent.futures
 import contextlib
 import itertools
 import logging
-import os
-import shutil
-import tempfile
 import threading
-import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from monarch_mesh import Branch, Shape
 from monarch_transport import (
-    Address,
     Listener,
     PeerLeft,
     Received,
@@ -35,27 +32,22 @@ from monarch_transport import (
     TransportError,
     connect,
     decode_header,
-    default_listen_address,
     encode,
     encode_header,
-    listen,
-    new_event_loop,
-    prefer_backend,
 )
 
-from ._config import cast_fanout
-from ._errors import SupervisionError
+from .config import cast_fanout
+from .errors import SupervisionError
+from .wire import Key, Kind, port_header
 
-if TYPE_CHECKING:
-    from ._actor_host import ActorHost
-
-__all__ = ["Runtime", "get_runtime", "maybe_runtime"]
+__all__ = ["Frames", "Handler", "Runtime"]
 
 log = logging.getLogger("monarch.actor.runtime")
 
 Frames = Sequence[bytes | bytearray | memoryview]
-PortHandler = Callable[[dict[str, Any], Frames], None]
-UNKNOWN_ACTOR_GRACE = 10.0  # seconds a message waits for its actor's spawn message
+Handler = Callable[[dict[str, Any], Frames], None]
+PortHandler = Handler
+S = TypeVar("S")
 EXIT_REPORT_GRACE = 1.0  # seconds a lost connection waits for its process's exit status
 
 
@@ -125,7 +117,7 @@ class Outbox:
 
     async def _watch(self, sender: Sender) -> None:
         reason = await sender.wait_closed()
-        if self.runtime.supervision.exit_will_be_reported(self.address):
+        if self.runtime.exit_will_be_reported(self.address):
             # a process started here: its exit status says more than a closed socket
             deadline = self.runtime.loop.time() + EXIT_REPORT_GRACE
             while self.failure is None and self.runtime.loop.time() < deadline:
@@ -155,24 +147,42 @@ class Runtime:
         self.outboxes: dict[str, Outbox] = {}
         self.ports: dict[int, PortEntry] = {}
         self.port_ids = itertools.count(1)
-        self.actors: dict[str, ActorHost] = {}
-        self.gone: dict[str, str] = {}  # actors that stopped here, and why
-        # messages for actors whose spawn has not arrived yet, by actor key
-        self.waiting: dict[str, list[tuple[dict[str, Any], Frames]]] = {}
-        self.handlers: dict[str, Callable[[dict[str, Any], Frames], None]] = {}
+        self.handlers: dict[str, Handler] = {Kind.PORT: self._to_port}
+        self.services: dict[type[Any], Any] = {}
         self.fanout = cast_fanout()
         self.stopped = asyncio.Event()
+        # told (on the loop) of every peer whose connection broke: (address, reason)
         self.lost_hooks: list[Callable[[str, str], None]] = []
-        self.tables: dict[str, Any] = {}  # proc meshes this process knows, by id
+        # whether a lost peer's exit status will be reported (then it is waited for)
+        self.exit_reporters: list[Callable[[str], bool]] = []
         self.root = self.address  # the controller's address (a proc learns it at start)
         self.owner = ""  # in a proc: the address of the process that started it
         self.thread: threading.Thread | None = None  # the controller's loop thread
-        self.singletons: dict[str, Any] = {}  # get_or_spawn_controller, on the controller
-        from ._supervise import Supervision
 
-        self.supervision = Supervision(self)
-        self.handlers["f"] = self.supervision.on_report
-        self.handlers["h"] = self.supervision.beat
+    # -- what the layers above register --------------------------------------------------
+
+    def handle(self, kind: Kind, handler: Handler) -> None:
+        """Messages of ``kind`` go to ``handler(header, frames)``, on the loop.
+        ``Kind.CALL`` messages are forwarded down their tree first."""
+        self.handlers[kind] = handler
+
+    def provide(self, service: S) -> S:
+        """Keep ``service`` as this process's one instance of its class."""
+        self.services[type(service)] = service
+        return service
+
+    def get(self, cls: type[S]) -> S:
+        """This process's instance of ``cls`` (``provide``d by the layer that owns it)."""
+        try:
+            return self.services[cls]  # type: ignore[no-any-return]
+        except KeyError:
+            raise RuntimeError(
+                f"this process's runtime has no {cls.__name__}: the runtime was not started "
+                "through monarch_actor (a bug)"
+            ) from None
+
+    def exit_will_be_reported(self, address: str) -> bool:
+        return any(reporter(address) for reporter in self.exit_reporters)
 
     # -- threads -------------------------------------------------------------------
 
@@ -236,7 +246,7 @@ class Runtime:
         to at most ``fanout`` subtrees, and each subtree's first rank
         delivers locally and forwards to its own children."""
         s = shape.ndslice
-        header["s"] = [shape.labels, s.offset, s.sizes, s.strides]
+        header[Key.SHAPE] = [shape.labels, s.offset, s.sizes, s.strides]
         for branch in Branch(-1, len(addresses)).children(self.fanout):
             self._send_branch(header, frames, branch, addresses[branch.first : branch.stop])
 
@@ -244,13 +254,13 @@ class Runtime:
         self, header: dict[str, Any], frames: Frames, branch: Branch, addresses: Sequence[str]
     ) -> None:
         sub = dict(header)
-        sub["b"] = [branch.first, branch.stop]
-        sub["d"] = list(addresses)
+        sub[Key.BRANCH] = [branch.first, branch.stop]
+        sub[Key.DESTS] = list(addresses)
         self.post(addresses[0], [encode_header(sub), *frames[1:]])
 
     def _forward(self, header: dict[str, Any], frames: Frames) -> None:
-        first, stop = header["b"]
-        addresses = header["d"]
+        first, stop = header[Key.BRANCH]
+        addresses = header[Key.DESTS]
         for child in Branch(first, stop).children(self.fanout):
             lo, hi = child.first - first, child.stop - first
             self._send_branch(header, frames, child, addresses[lo:hi])
@@ -278,7 +288,6 @@ class Runtime:
                     entry.lost(address, outbox.failure)
 
     def peer_lost(self, address: str, reason: str) -> None:
-        self.supervision.peer_lost(address, reason)
         for hook in self.lost_hooks:
             hook(address, reason)
         for entry in list(self.ports.values()):
@@ -291,14 +300,15 @@ class Runtime:
             header = decode_header(frames)
         except TransportError:
             return
-        port = header.get("p")
-        if port is not None and header.get("k") == "c":
+        port = header.get(Key.REPLY_TO)
+        if port is not None and header.get(Key.KIND) == Kind.CALL:
             error = SupervisionError(
-                f"Endpoint call {header.get('n', '?')}.{header.get('m', '?')}() failed: {reason}"
+                f"Endpoint call {header.get(Key.NAME, '?')}.{header.get(Key.METHOD, '?')}() "
+                f"failed: {reason}"
             )
-            first, stop = header.get("b", [0, 1])
+            first, stop = header.get(Key.BRANCH, [0, 1])
             for position in range(first, stop):
-                self.send(port[0], {"k": "p", "pid": port[1], "r": position, "x": 1}, error)
+                self.send(port[0], port_header(port[1], position, failed=True), error)
         else:
             log.warning("dropped a message for %s: %s", address, reason)
 
@@ -318,53 +328,23 @@ class Runtime:
 
     def dispatch(self, frames: Frames) -> None:
         header = decode_header(frames)
-        kind = header["k"]
-        if kind == "p":
-            entry = self.ports.get(header["pid"])
-            if entry is None:
-                log.debug("a message for closed port %s was dropped", header["pid"])
-            else:
-                entry.deliver(header, frames)
-        elif kind == "c":
-            if header["b"][1] - header["b"][0] > 1:
+        kind = header[Key.KIND]
+        if kind == Kind.CALL:
+            first, stop = header[Key.BRANCH]
+            if stop - first > 1:
                 self._forward(header, frames)
-            self.deliver_to_actor(header, frames)
+        handler = self.handlers.get(kind)
+        if handler is None:
+            log.warning("dropped a message of unknown kind %r", kind)
         else:
-            self.handlers[kind](header, frames)
+            handler(header, frames)
 
-    def deliver_to_actor(self, header: dict[str, Any], frames: Frames) -> None:
-        key = header["a"]
-        host = self.actors.get(key)
-        if host is not None:
-            host.post(header, frames)
-        elif header["op"] == "spawn":
-            from ._actor_host import ActorHost
-
-            self.actors[key] = host = ActorHost(self, header, frames)
-            for early_header, early_frames in self.waiting.pop(key, []):
-                host.post(early_header, early_frames)
-        elif key in self.gone:
-            self.undeliverable_here(
-                header, frames, f"actor {header.get('n', key)} {self.gone[key]}"
-            )
+    def _to_port(self, header: dict[str, Any], frames: Frames) -> None:
+        entry = self.ports.get(header[Key.PORT_ID])
+        if entry is None:
+            log.debug("a message for closed port %s was dropped", header[Key.PORT_ID])
         else:
-            # sent by a process that heard of the actor before its spawn reached us
-            early = self.waiting.setdefault(key, [])
-            if not early:
-                self.loop.call_later(UNKNOWN_ACTOR_GRACE, self._give_up_on, key)
-            early.append((header, frames))
-
-    def _give_up_on(self, key: str) -> None:
-        for header, frames in self.waiting.pop(key, []):
-            self.undeliverable_here(
-                header, frames, f"no actor {header.get('n', key)} in this process"
-            )
-
-    def undeliverable_here(self, header: dict[str, Any], frames: Frames, reason: str) -> None:
-        one = dict(header)
-        first = header["b"][0]
-        one["b"] = [first, first + 1]
-        self.undeliverable([encode_header(one), *frames[1:]], self.address, reason)
+            entry.deliver(header, frames)
 
     # -- shutting down --------------------------------------------------------------------
 
@@ -386,118 +366,3 @@ class Runtime:
                 with contextlib.suppress(TransportError, OSError, TimeoutError):
                     await asyncio.wait_for(outbox.sender.aclose(), 2.0)
         await self.listener.aclose()
-
-
-# -- the process's runtime ------------------------------------------------------------------
-
-JOB_DIR_ENV = "MONARCH_JOB_DIR"
-
-
-_job_dir: str | None = None
-
-
-def job_dir() -> str:
-    """A folder of this job's own (Unix sockets live there), made by the
-    controller and removed when it ends; its procs inherit it. A controller
-    always makes its own, even when started by another job's process."""
-    global _job_dir
-    if _job_dir is None:
-        _job_dir = os.environ[JOB_DIR_ENV] = tempfile.mkdtemp(prefix="monarch-job-")
-        atexit.register(shutil.rmtree, _job_dir, True)
-    return _job_dir
-
-
-def join_job(folder: str) -> None:
-    """In a proc: use the job folder of the controller that started it."""
-    global _job_dir
-    _job_dir = folder
-
-
-def listen_address() -> Address:
-    """Where this process listens: the configured kind; Unix sockets in the job's folder."""
-    address = default_listen_address()
-    if address.scheme == "ipc":
-        name = os.path.basename(address.path or "") or f"{uuid.uuid4().hex[:16]}.sock"
-        address = Address("ipc", path=os.path.join(job_dir(), name))
-    return address
-
-
-_runtime: Runtime | None = None
-_lock = threading.Lock()
-
-
-def maybe_runtime() -> Runtime | None:
-    return _runtime
-
-
-def install(runtime: Runtime) -> None:
-    global _runtime
-    _runtime = runtime
-
-
-def get_runtime() -> Runtime:
-    """This process's runtime; in a plain script, started on first use on a
-    background thread (the controller)."""
-    runtime = _runtime
-    if runtime is not None:
-        return runtime
-    with _lock:
-        if _runtime is None:
-            _start_controller()
-        assert _runtime is not None
-        return _runtime
-
-
-# The actor runtime's backend unless configured: measured on a 2-core machine,
-# plain sockets carry a call_one round trip, a call to 8 actors and a
-# broadcast far faster than pynng (docs/benchmarks.md); MONARCH_TRANSPORT=nng
-# or enable_transport("nng") still choose nng.
-RUNTIME_BACKEND = "socket"
-
-
-def _start_controller() -> None:
-    prefer_backend(RUNTIME_BACKEND)  # before the first listener; procs inherit it
-    started: concurrent.futures.Future[Runtime] = concurrent.futures.Future()
-
-    def main() -> None:
-        loop = new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            listener = loop.run_until_complete(listen(listen_address()))
-            runtime = Runtime(loop, listener, "controller")
-            from ._controller import install_controller
-
-            install_controller(runtime)
-        except BaseException as error:
-            started.set_exception(error)
-            return
-        started.set_result(runtime)
-        loop.run_until_complete(_serve_until_stopped(runtime))
-
-    thread = threading.Thread(target=main, name="monarch-control", daemon=True)
-    thread.start()
-    runtime = started.result(timeout=60)
-    runtime.thread = thread
-    install(runtime)
-
-
-def stop_controller_loop(runtime: Runtime, timeout: float) -> None:
-    """End the controller's control loop and wait for its thread: a loop
-    left running while the interpreter shuts down may fire a timer into a
-    finalized interpreter (a crash at exit)."""
-
-    async def close() -> None:
-        try:
-            await runtime.close()
-        finally:
-            runtime.stopped.set()
-
-    with contextlib.suppress(Exception):
-        asyncio.run_coroutine_threadsafe(close(), runtime.loop).result(timeout)
-    if runtime.thread is not None:
-        runtime.thread.join(timeout)
-
-
-async def _serve_until_stopped(runtime: Runtime) -> None:
-    runtime.serve()
-    await runtime.stopped.wait()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from monarch_supervision import (
     ROOT,
@@ -25,15 +25,19 @@ from monarch_supervision import (
 )
 from monarch_transport import decode
 
-from ._config import heartbeat_deadline
-from ._context import _current
-from ._lifecycle import HeartbeatMissed, emit
+from .._core.config import heartbeat_deadline
+from .._core.current import current
+from .._core.lifecycle import HeartbeatMissed, emit
+from .._core.router import Frames, Runtime
+from .._core.wire import Key, Kind
+from .._procs.agent import agents
+from .._procs.table import ProcTable, ProcTables
+from .faults import report_to_root
 
 if TYPE_CHECKING:
-    from ._mesh import ActorMesh, ProcMesh, ProcTable
-    from ._runtime import Frames, Runtime
+    from .._api.mesh import ActorMesh, ProcMesh
 
-__all__ = ["OwnedMesh", "Supervision", "current_owner"]
+__all__ = ["OwnedMesh", "Supervised", "Supervision", "current_owner"]
 
 log = logging.getLogger("monarch.actor.supervision")
 
@@ -72,31 +76,52 @@ class OwnedMesh:
         return (position // stride) % sizes[index]
 
 
-def current_owner(runtime: Runtime) -> str:
+def current_owner() -> str:
     """Who owns what the calling code spawns: the actor running here, or the root."""
-    ctx = _current.get()
-    host = ctx.actor_instance._host if ctx is not None else None
-    if host is not None and host.runtime is runtime:
-        return host.key
-    return ROOT
+    ctx = current()
+    key = ctx.actor_key if ctx is not None else None
+    return key or ROOT
+
+
+class Supervised(Protocol):
+    """An actor of this process, as supervision needs it."""
+
+    def supervise(self, delivery: Delivery) -> bool:
+        """Hand ``delivery`` to the actor's ``__supervise__``; False if it cannot take it."""
+
+    def fail_unsupervised(self, reason: str, cause: MeshFailure) -> None:
+        """A failure of a mesh the actor owns was not handled: the actor fails."""
 
 
 class Supervision:
-    """One per process; the ``Routes`` of its tree."""
+    """One per process (a runtime service); the ``Routes`` of its tree."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.tables = runtime.get(ProcTables)
         self.tree = SupervisionTree(self)
         self.owned: dict[str, OwnedMesh] = {}
         self.monitor = HeartbeatMonitor(heartbeat_deadline())
         self.silent: dict[tuple[str, int], str] = {}  # why a silent process was killed
         self.checking = False
+        # the actors of this process, by key (set by the layer that hosts them)
+        self.find_actor: Callable[[str], Supervised | None] = lambda key: None
+        runtime.provide(self)
+        runtime.handle(Kind.FAILURE, self.on_report)
+        runtime.handle(Kind.HEARTBEAT, self.beat)
+        runtime.lost_hooks.append(self.peer_lost)
+        runtime.exit_reporters.append(self.exit_will_be_reported)
+
+    @staticmethod
+    def of(runtime: Runtime) -> Supervision:
+        """The supervision of ``runtime``'s process."""
+        return runtime.get(Supervision)
 
     # -- ownership ------------------------------------------------------------------------
 
     def adopt(self, handle: ActorMesh[Any] | ProcMesh, kind: str) -> str:
         """Record a mesh spawned by the calling code; returns its owner."""
-        owner = current_owner(self.runtime)
+        owner = current_owner()
         if kind == "actor":
             mesh: Any = handle
             key, procs = mesh._key, mesh._procs
@@ -140,19 +165,17 @@ class Supervision:
     # -- Routes: carrying out the tree's decisions ---------------------------------------
 
     def to_actor(self, delivery: Delivery) -> bool:
-        host = self.runtime.actors.get(delivery.owner)
+        host = self.find_actor(delivery.owner)
         return host is not None and host.supervise(delivery)
 
     def to_root(self, failure: MeshFailure) -> None:
         if self.runtime.role == "controller":
-            from ._faults import report_to_root
-
             report_to_root(failure)
         else:  # this process's root client answers to the process's owner
             self.report(self.runtime.owner, failure, ROOT)
 
     def fail_actor(self, owner: str, reason: str, cause: MeshFailure) -> None:
-        host = self.runtime.actors.get(owner)
+        host = self.find_actor(owner)
         if host is None:
             log.error("%s did not handle a failure and is gone:\n%s", owner, cause.report())
         else:
@@ -160,7 +183,7 @@ class Supervision:
 
     def report(self, address: str, failure: MeshFailure, owner: str) -> None:
         """Send ``failure`` to the tree of the process at ``address``, for ``owner``."""
-        self.runtime.send(address, {"k": "f"}, {"failure": failure, "owner": owner})
+        self.runtime.send(address, {Key.KIND: Kind.FAILURE}, {"failure": failure, "owner": owner})
 
     # -- what happened -------------------------------------------------------------------
 
@@ -189,11 +212,7 @@ class Supervision:
     def exit_will_be_reported(self, address: str) -> bool:
         """Whether ``address`` is a live process started here: its exit, with
         the reason, is reported by the host agent."""
-        for table in self.runtime.tables.values():
-            if table.owned and address in table.addresses:
-                rank = table.addresses.index(address)
-                return rank in table.pids and rank not in table.stopping
-        return False
+        return self.tables.owner_of(address) is not None
 
     def proc_lost(self, table: ProcTable, rank: int, reason: str) -> None:
         """Every mesh of this process's with a rank on that process failed there."""
@@ -240,12 +259,12 @@ class Supervision:
             self.runtime.loop.call_later(self.monitor.interval, self._check)
 
     def beat(self, header: dict[str, Any], frames: Frames) -> None:
-        self.monitor.beat((header["mesh"], header["rank"]))
+        self.monitor.beat((header[Key.MESH], header[Key.RANK]))
 
     def _check(self) -> None:
         for peer, silent in self.monitor.overdue():
             mesh, rank = cast(tuple[str, int], peer)
-            table = self.runtime.tables.get(mesh)
+            table = self.tables.get(mesh)
             if table is None or rank in table.stopping:
                 continue
             reason = (
@@ -263,8 +282,6 @@ class Supervision:
             self.checking = False
 
     def _kill_silent(self, table: ProcTable, rank: int, reason: str) -> None:
-        from ._host_agent import agents
-
         address = table.addresses[rank]
         if address:  # calls in flight fail now, not when the kill lands
             self.runtime.peer_lost(address, reason)
@@ -282,7 +299,7 @@ class Supervision:
 
 def start_heartbeats(runtime: Runtime, owner: str, mesh: str, rank: int, interval: float) -> None:
     """In a proc: tell the owner it lives, every ``interval`` seconds."""
-    header = {"k": "h", "mesh": mesh, "rank": rank}
+    header = {Key.KIND: Kind.HEARTBEAT, Key.MESH: mesh, Key.RANK: rank}
 
     def beat() -> None:
         if runtime.closing:

@@ -25,13 +25,19 @@ from monarch_mesh import Extent, Point, Shape, Slice
 from monarch_supervision import ROOT, Delivery, MeshFailure
 from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
 
-from ._actor import EndpointProperty, endpoints_of
-from ._config import cleanup_timeout
-from ._context import Context, Instance, reset_current, set_current
-from ._errors import ActorError, SupervisionError
-from ._lifecycle import ActorFailed, ActorStarted, ActorStopped, emit
-from ._port import Port
-from ._runtime import Frames, Runtime
+from .._core.config import cleanup_timeout
+from .._core.current import reset_current, set_current
+from .._core.errors import ActorError, SupervisionError
+from .._core.lifecycle import ActorFailed, ActorStarted, ActorStopped, emit
+from .._core.ports import Port
+from .._core.router import Frames, Runtime
+from .._core.wire import Key, Op, port_header
+from .._procs.table import ProcTables
+from .._supervision.supervise import Supervision
+from .actor import EndpointProperty, endpoints_of
+from .context import Context, Instance
+from .local_actors import LocalActors
+from .mesh import ProcMesh
 
 __all__ = ["ActorHost", "message_point"]
 
@@ -40,8 +46,8 @@ _STOP = object()
 
 
 def message_point(header: dict[str, Any]) -> Point:
-    labels, _offset, sizes, _strides = header["s"]
-    return Point(header["b"][0], Extent(labels, sizes))
+    labels, _offset, sizes, _strides = header[Key.SHAPE]
+    return Point(header[Key.BRANCH][0], Extent(labels, sizes))
 
 
 def remote_traceback(error: BaseException) -> str:
@@ -55,14 +61,17 @@ def remote_traceback(error: BaseException) -> str:
 
 
 class ActorHost:
+    """One actor of this process, started by its spawn message."""
+
     def __init__(self, runtime: Runtime, header: dict[str, Any], frames: Frames) -> None:
         self.runtime = runtime
-        self.key: str = header["a"]
-        self.name: str = header["n"]
-        self.owner: str = header["o"]  # the owner's process
-        self.owner_actor: str = header.get("oa", ROOT)  # the owner's actor there
+        self.supervision = Supervision.of(runtime)
+        self.key: str = header[Key.ACTOR]
+        self.name: str = header[Key.NAME]
+        self.owner: str = header[Key.OWNER]  # the owner's process
+        self.owner_actor: str = header.get(Key.OWNER_ACTOR, ROOT)  # the owner's actor there
         self.rank = message_point(header)
-        self.is_async: bool = header["async"]
+        self.is_async: bool = header[Key.ASYNC]
         self.instance: Any = None
         self.me: Instance | None = None
         self.endpoints: dict[str, EndpointProperty] = {}
@@ -85,6 +94,10 @@ class ActorHost:
         self.post(header, frames)
         self.thread = threading.Thread(target=target, name=thread_name, daemon=True)
         self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the actor's thread to end."""
+        self.thread.join(timeout)
 
     def post(self, header: dict[str, Any], frames: Frames) -> None:
         """Queue one message (from the control loop)."""
@@ -136,11 +149,11 @@ class ActorHost:
                 return
 
     def _step(self, header: dict[str, Any], frames: Frames) -> Any:
-        op = header["op"]
-        if op == "spawn":
+        op = header[Key.OP]
+        if op == Op.SPAWN:
             return self._construct(header, frames)
-        if op == "stop":
-            return self._stop(header, header.get("why") or "stopped by client")
+        if op == Op.STOP:
+            return self._stop(header, header.get(Key.WHY) or "stopped by client")
         if self.failure is not None or self.stopped is not None:
             why = self.failure or self.stopped
             self._answer(header, SupervisionError(self._down_text(header, why or "")), failed=True)
@@ -182,35 +195,36 @@ class ActorHost:
     def _spawned_on(self, header: dict[str, Any]) -> Any:
         """The proc mesh of a spawn whose sender could not name it yet (its
         processes were still starting): the table its owner announced."""
-        from ._mesh import ProcMesh
-
-        table = self.runtime.tables.get(header.get("t", ""))
+        table = self.runtime.get(ProcTables).get(header.get(Key.TABLE, ""))
         if table is None:
             return None
-        labels, offset, sizes, strides = header["s"]
+        labels, offset, sizes, strides = header[Key.SHAPE]
         return ProcMesh(table, Shape(labels, Slice(offset=offset, sizes=sizes, strides=strides)))
 
     def _call(self, header: dict[str, Any], frames: Frames) -> Any:
-        ep = self.endpoints.get(header["m"])
-        if ep is None and header.get("plain"):
-            method = getattr(type(self.instance), header["m"], None)
+        method_name = header[Key.METHOD]
+        ep = self.endpoints.get(method_name)
+        if ep is None and header.get(Key.PLAIN):
+            method = getattr(type(self.instance), method_name, None)
             if callable(method):
-                ep = EndpointProperty(method, explicit_response_port=bool(header.get("xp")))
+                ep = EndpointProperty(
+                    method, explicit_response_port=bool(header.get(Key.EXPLICIT_PORT))
+                )
         try:
             message: Any = decode(frames)[1]
             args, kwargs = message
         except DecodeError as error:
-            self._answer(header, _failure(self.name, header["m"], error), failed=True)
+            self._answer(header, _failure(self.name, method_name, error), failed=True)
             return None
         if ep is None:
             missing = AttributeError(
-                f"{type(self.instance).__name__} has no endpoint {header['m']!r}"
+                f"{type(self.instance).__name__} has no endpoint {method_name!r}"
             )
-            self._answer(header, _failure(self.name, header["m"], missing), failed=True)
+            self._answer(header, _failure(self.name, method_name, missing), failed=True)
             return None
         if ep.explicit_response_port:
-            port = header.get("p")
-            reply = Port(port[0], port[1], header["b"][0]) if port else _DroppingPort()
+            port = header.get(Key.REPLY_TO)
+            reply = Port(port[0], port[1], header[Key.BRANCH][0]) if port else _DroppingPort()
             args = (reply, *args)
         ctx = Context(self.me, header=header)  # type: ignore[arg-type]
         if ep.is_async:
@@ -285,7 +299,8 @@ class ActorHost:
             emit(ActorStopped(repr(self.me), self.key, self.rank.rank, reason))
             if header is not None:
                 self._answer(header, None)
-            self.runtime.call_soon(self._forget, f"was stopped: {reason}")
+            actors = self.runtime.get(LocalActors)
+            self.runtime.call_soon(actors.forget, self.key, f"was stopped: {reason}")
             return _STOP
 
         if self.is_async:
@@ -304,7 +319,7 @@ class ActorHost:
         if self.cleaned:
             return
         self.cleaned = True
-        self.runtime.supervision.stop_owned(self.key, reason, cleanup_timeout())
+        self.supervision.stop_owned(self.key, reason, cleanup_timeout())
         cleanup = getattr(self.instance, "__cleanup__", None)
         if cleanup is None or self.instance is None:
             return
@@ -339,7 +354,7 @@ class ActorHost:
             await asyncio.wait(others, timeout=cleanup_timeout())
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(
-            None, self.runtime.supervision.stop_owned, self.key, reason, cleanup_timeout()
+            None, self.supervision.stop_owned, self.key, reason, cleanup_timeout()
         )
         cleanup = getattr(self.instance, "__cleanup__", None)
         if cleanup is None or self.instance is None:
@@ -356,10 +371,6 @@ class ActorHost:
         finally:
             reset_current(token)
 
-    def _forget(self, why: str) -> None:  # on the loop
-        self.runtime.actors.pop(self.key, None)
-        self.runtime.gone[self.key] = why
-
     # -- answers and failures -----------------------------------------------------------
 
     def request_stop(self, reason: str) -> None:
@@ -370,7 +381,7 @@ class ActorHost:
 
     def _down_text(self, header: dict[str, Any], why: str) -> str:
         return (
-            f"Endpoint call {self.name}.{header.get('m', '?')}() failed, Supervision event: "
+            f"Endpoint call {self.name}.{header.get(Key.METHOD, '?')}() failed, Supervision event: "
             f"actor {self.me!r} has status:\n  {why}"
         )
 
@@ -380,7 +391,9 @@ class ActorHost:
             self._answer(
                 header, SupervisionError(self._down_text(header, self.failure or "")), True
             )
-        elif header.get("p") is None:  # nobody awaits: the actor fails, its owner hears of it
+        elif (
+            header.get(Key.REPLY_TO) is None
+        ):  # nobody awaits: the actor fails, its owner hears of it
             self._fail(
                 f"actor explicitly aborted due to: {self.name}.{ep.name} raised:\n"
                 f"{remote_traceback(error)}",
@@ -390,20 +403,18 @@ class ActorHost:
             self._answer(header, _failure(self.name, ep.name, error), failed=True)
 
     def _answer(self, header: dict[str, Any], value: Any, failed: bool = False) -> None:
-        port = header.get("p")
+        port = header.get(Key.REPLY_TO)
         if port is None:
             return
-        reply = {"k": "p", "pid": port[1], "r": header["b"][0]}
-        if failed:
-            reply["x"] = 1
+        position = header[Key.BRANCH][0]
         try:
-            self.runtime.send(port[0], reply, value)
+            self.runtime.send(port[0], port_header(port[1], position, failed), value)
         except EncodeError as error:
-            reply["x"] = 1
-            problem = TypeError(
-                f"the result of {self.name}.{header.get('m')} cannot be sent: {error}"
+            method = header.get(Key.METHOD, "?")
+            problem = TypeError(f"the result of {self.name}.{method} cannot be sent: {error}")
+            self.runtime.send(
+                port[0], port_header(port[1], position, True), _failure(self.name, method, problem)
             )
-            self.runtime.send(port[0], reply, _failure(self.name, header.get("m", "?"), problem))
 
     def _fail(
         self, reason: str, error: BaseException | None = None, cause: MeshFailure | None = None
@@ -427,7 +438,7 @@ class ActorHost:
             self.key, [self.rank.rank], repr(self.me) if self.me else self.name, reason, cause
         )
         try:
-            self.runtime.supervision.report(self.owner, failure, self.owner_actor)
+            self.supervision.report(self.owner, failure, self.owner_actor)
         except EncodeError:
             log.error("could not report a failure of %s: %s", self.name, reason)
 
@@ -448,7 +459,7 @@ class ActorHost:
         self.post_urgent(self._fail, reason, None, cause)
 
     def _supervise(self, delivery: Delivery) -> Any:
-        tree = self.runtime.supervision.tree
+        tree = self.supervision.tree
         if self.failure is not None or self.stopped is not None:
             tree.supervised(delivery, False)
             return None

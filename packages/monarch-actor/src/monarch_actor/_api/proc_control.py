@@ -1,0 +1,297 @@
+"""Proc meshes from their owner's side: starting processes through the host
+agent, learning their addresses, stopping and reaping them; and a proc's
+side of being stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from monarch_transport import decode
+
+from .._core.config import cleanup_timeout
+from .._core.future import Future
+from .._core.gather import Gather
+from .._core.lifecycle import ProcExited, emit
+from .._core.process import get_runtime, maybe_runtime
+from .._core.router import Frames, Runtime
+from .._core.wire import Key, Kind, port_header
+from .._procs.agent import HostAgent, agents, local_agent
+from .._procs.logs import configure_streaming, set_forwarding
+from .._procs.table import ProcTable, ProcTables, table_for
+from .._supervision.supervise import Supervision
+from .local_actors import LocalActors
+
+__all__ = [
+    "PROC_ENTRY",
+    "host_agent",
+    "install_proc_handlers",
+    "install_ready_handler",
+    "start_procs",
+    "stop_everything",
+    "stop_procs",
+    "when_started",
+]
+
+log = logging.getLogger("monarch.actor.controller")
+STOP_TIMEOUT = 10.0  # seconds procs get to stop before they are killed
+PROC_ENTRY = "monarch_actor._boot:proc_main"  # what each forked proc runs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def host_agent() -> HostAgent:
+    """This process's host agent (started on first use)."""
+    runtime = get_runtime()
+    return local_agent(lambda *exit: proc_exited(runtime, *exit), PROC_ENTRY)
+
+
+def start_procs(
+    agent: HostAgent,
+    table: ProcTable,
+    per_host: dict[str, int],
+    bootstrap: Any,
+    proc_bind: list[dict[str, str]] | None = None,
+) -> None:
+    """Ask ``agent`` for the processes of ``table``; they tell us when they listen."""
+    runtime = get_runtime()
+    table.owned = True
+    table.hostname = socket.gethostname()
+    runtime.get(ProcTables)[table.id] = table
+    beat_every = Supervision.of(runtime).monitor.interval
+    local = 1
+    for value in per_host.values():
+        local *= value
+    master_port = _free_port()
+    for rank in range(table.size):
+        env = {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(table.size),
+            "LOCAL_RANK": str(rank % local),
+            "LOCAL_WORLD_SIZE": str(local),
+            "GROUP_RANK": str(rank // local),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(master_port),
+            "HYPERACTOR_PROCESS_NAME": f"{table.name}-{rank}",
+        }
+        info = {
+            "env": env,
+            "owner": runtime.address,
+            "mesh": table.id,
+            "rank": rank,
+            "bootstrap": bootstrap,
+            "bind": proc_bind[rank % local] if proc_bind else None,
+            "argv0": sys.argv[0] if sys.argv else "",
+            "path": list(sys.path),
+            "root": runtime.root,
+            "heartbeat": beat_every,
+        }
+        agent.spawn(table, rank, info)
+
+
+def _proc_ready(runtime: Runtime, header: dict[str, Any], frames: Frames) -> None:
+    table = runtime.get(ProcTables).get(header[Key.MESH])
+    if table is None:
+        return
+    rank = header[Key.RANK]
+    table.addresses[rank] = header[Key.ADDRESS]
+    if table.owned:
+        Supervision.of(runtime).watch(table, rank)
+    if all(table.addresses):
+        announce = {Key.KIND: Kind.TABLE, Key.MESH: table.id, Key.NAME: table.name}
+        addresses = [a or "" for a in table.addresses]
+        for address in addresses:
+            runtime.send(address, announce, addresses)
+        table.mark_ready()
+
+
+def proc_exited(runtime: Runtime, table: ProcTable, rank: int, code: int, why: str) -> None:
+    """The host agent saw process ``rank`` of ``table`` exit (on the loop)."""
+    address = table.addresses[rank]
+    pid = table.pids.pop(rank, None)
+    expected = rank in table.stopping
+    emit(ProcExited(table.id, rank, code, expected=expected))
+    table.notify_exits()
+    supervision = Supervision.of(runtime)
+    reason = supervision.exit_reason(table, rank, code)
+    where = f"process {table.name}-{rank} (pid {pid}) on host {table.hostname}"
+    if why:
+        reason = f"{reason}; its last words:\n{why.rstrip()}"
+    if not expected:
+        log.error("%s: %s", where, reason)
+        if not table.ready:
+            table.failure = f"{where}: {reason}"
+            table.mark_ready()
+        if address:
+            runtime.peer_lost(address, reason)
+            outbox = runtime.outboxes.get(address)
+            if outbox is not None:
+                outbox.fail(reason)
+    supervision.proc_exited(table, rank, reason, expected)
+
+
+def when_started(table: ProcTable) -> Future[bool]:
+    started: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+    def check() -> None:
+        if table.failure is not None:
+            started.set_exception(
+                RuntimeError(f"proc mesh {table.name} failed to start: {table.failure}")
+            )
+        else:
+            started.set_result(True)
+
+    get_runtime().call_soon(table.when_ready, check)
+    return Future._of(started)
+
+
+def stop_procs(table: ProcTable, ranks: list[int], reason: str) -> Future[None]:
+    """Ask each process of ``ranks`` to stop its actors and exit; the future
+    resolves once all have exited (killed after STOP_TIMEOUT)."""
+    runtime = get_runtime()
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    if len(set(ranks)) == table.size:
+        Supervision.of(runtime).stopping_procs(table, reason)
+
+    def go() -> None:
+        table.stopping.update(ranks)
+        # only processes that started and still run can answer
+        addresses = [
+            address
+            for rank in ranks
+            if (address := table.addresses[rank]) and (not table.owned or rank in table.pids)
+        ]
+        if not addresses:
+            reaped()
+            return
+        gather = Gather(runtime, len(addresses), "all")
+        port = gather.open(addresses)
+        for position, address in enumerate(addresses):
+            stop = {Key.KIND: Kind.STOP_PROC, Key.REPLY_TO: port, Key.RANK: position}
+            runtime.send(address, {**stop, Key.WHY: reason}, None)
+        gather.result.add_done_callback(lambda _: runtime.call_soon(reaped))
+        runtime.loop.call_later(STOP_TIMEOUT, kill_left)
+
+    def reaped() -> None:
+        if table.owned:
+            table.when_exited(ranks, lambda: _settle(done))
+        else:  # a mesh another process owns: its answers are all we get
+            _settle(done)
+
+    def kill_left() -> None:
+        agent = agents.get(runtime.address)
+        if agent is not None and not done.done():
+            for rank in ranks:
+                pid = table.pids.get(rank)
+                if pid is not None:
+                    agent.kill(pid)
+
+    runtime.call_soon(table.when_ready, go)
+    return Future._of(done)
+
+
+def _settle(done: concurrent.futures.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+async def set_logging(mesh: Any, stream: bool, window: int | None, level: int) -> None:
+    await configure_streaming(mesh, stream, window, level)
+
+
+# -- handlers ---------------------------------------------------------------------------
+
+
+def install_ready_handler(runtime: Runtime) -> None:
+    """Procs started here report where they listen (controller and procs alike)."""
+    runtime.handle(Kind.READY, lambda h, f: _proc_ready(runtime, h, f))
+
+
+def install_proc_handlers(runtime: Runtime, owner: str) -> None:
+    """What a proc does for its owner: forward output, learn mesh tables, stop."""
+    install_ready_handler(runtime)
+    runtime.handle(Kind.LOGS, lambda h, f: runtime.post(owner, f))
+
+    def announce(header: dict[str, Any], frames: Frames) -> None:
+        addresses: Any = decode(frames)[1]
+        table_for(header[Key.MESH], header[Key.NAME], addresses)
+
+    def stop(header: dict[str, Any], frames: Frames) -> None:
+        runtime.loop.create_task(_stop_proc(runtime, header))
+
+    runtime.handle(Kind.TABLE, announce)
+    runtime.handle(Kind.STOP_PROC, stop)
+    runtime.handle(Kind.LOG_MODE, lambda h, f: set_forwarding(bool(decode(f)[1])))
+    runtime.lost_hooks.append(lambda address, reason: _owner_lost(runtime, owner, address))
+
+
+def _owner_lost(runtime: Runtime, owner: str, address: str) -> None:
+    if address == owner and not runtime.closing:
+        log.warning("the owner of this process (%s) is gone; exiting", owner)
+        runtime.stopped.set()
+
+
+async def _stop_proc(runtime: Runtime, header: dict[str, Any]) -> None:
+    """Stop every actor here (their ``__cleanup__`` runs), answer, then exit."""
+    stopped = runtime.get(LocalActors).stop_all(header.get(Key.WHY) or "stopped by client")
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(asyncio.wrap_future(stopped), STOP_TIMEOUT - 2)
+    port = header.get(Key.REPLY_TO)
+    if port is not None:
+        runtime.send(port[0], port_header(port[1], header.get(Key.RANK, 0)), None)
+    await runtime.flush(2.0)
+    runtime.stopped.set()
+
+
+def stop_local_actors(runtime: Runtime) -> None:
+    """Stop the actors living in the controller's own process (their
+    ``__cleanup__`` runs) and wait for their threads, within the cleanup timeout."""
+    actors = runtime.get(LocalActors)
+    hosts = list(actors.hosts.values())
+    deadline = time.monotonic() + cleanup_timeout() + 1.0
+    with contextlib.suppress(Exception):
+        runtime.run_sync(actors.stop_all, "the controller exited").result(
+            max(0.0, deadline - time.monotonic())
+        )
+    for host in hosts:
+        host.join(max(0.0, deadline - time.monotonic()))
+
+
+def shutdown_context() -> Future[None]:
+    """Stop every proc mesh this process started (as happens at exit)."""
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def run() -> None:
+        stop_everything()
+        done.set_result(None)
+
+    threading.Thread(target=run, daemon=True, name="monarch-shutdown").start()
+    return Future._of(done)
+
+
+def stop_everything() -> None:
+    """Stop every proc mesh this process started, and its host agents."""
+    runtime = maybe_runtime()
+    if runtime is None:
+        return
+    futures = []
+    for table in list(runtime.get(ProcTables).values()):
+        if table.owned and not table.stopped and table.ready:
+            futures.append(stop_procs(table, list(range(table.size)), "the controller exited"))
+    for future in futures:
+        with contextlib.suppress(Exception):
+            future.get(STOP_TIMEOUT + 2)
+    for address in list(agents):
+        agents.pop(address).close()

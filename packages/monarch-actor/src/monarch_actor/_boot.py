@@ -1,0 +1,175 @@
+"""The composition root: the one place that wires the layers into a running
+process. The controller's runtime starts here on first use (a plain script
+never calls anything to get one); a proc forked by the host agent runs
+``proc_main``. Every other module only registers what it owns on the
+runtime it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import inspect
+import os
+import pickle
+import sys
+import threading
+from typing import Any
+
+from monarch_transport import decode, listen, new_event_loop, prefer_backend
+
+from ._api.actor_host import ActorHost
+from ._api.local_actors import LocalActors
+from ._api.proc_control import (
+    install_proc_handlers,
+    install_ready_handler,
+    stop_everything,
+    stop_local_actors,
+)
+from ._api.singletons import Singletons
+from ._core.process import install, join_job, listen_address, maybe_runtime, set_starter
+from ._core.router import Runtime
+from ._core.wire import Kind, ready_header
+from ._procs.binding import apply_binding
+from ._procs.logs import capture_output, show_lines
+from ._procs.table import ProcTables
+from ._supervision.faults import before_fail_fast_exit
+from ._supervision.supervise import Supervision, start_heartbeats
+
+__all__ = ["proc_main", "start_controller"]
+
+# The actor runtime's backend unless configured: measured on a 2-core machine,
+# plain sockets carry a call_one round trip, a call to 8 actors and a
+# broadcast far faster than pynng (docs/benchmarks.md); MONARCH_TRANSPORT=nng
+# or enable_transport("nng") still choose nng.
+RUNTIME_BACKEND = "socket"
+CONTROLLER_STOP_TIMEOUT = 3.0  # seconds the controller's loop gets to close at exit
+
+
+def wire(runtime: Runtime) -> None:
+    """What every process's runtime has: its proc tables, its supervision,
+    its actors."""
+    runtime.provide(ProcTables())
+    supervision = Supervision(runtime)
+    actors = runtime.provide(LocalActors(runtime, ActorHost))
+    runtime.handle(Kind.CALL, actors.deliver)
+    supervision.find_actor = actors.hosts.get  # type: ignore[assignment]
+
+
+# -- the controller ---------------------------------------------------------------------
+
+
+def start_controller() -> Runtime:
+    """Start the controller's runtime: its control loop on a thread of its own."""
+    prefer_backend(RUNTIME_BACKEND)  # before the first listener; procs inherit it
+    started: concurrent.futures.Future[Runtime] = concurrent.futures.Future()
+
+    def main() -> None:
+        loop = new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            listener = loop.run_until_complete(listen(listen_address()))
+            runtime = Runtime(loop, listener, "controller")
+            wire(runtime)
+            install_ready_handler(runtime)
+            runtime.handle(Kind.LOGS, lambda header, frames: show_lines(header, decode(frames)[1]))
+            Singletons(runtime)
+        except BaseException as error:
+            started.set_exception(error)
+            return
+        started.set_result(runtime)
+        runtime.serve()
+        loop.run_until_complete(runtime.stopped.wait())
+
+    thread = threading.Thread(target=main, name="monarch-control", daemon=True)
+    thread.start()
+    runtime = started.result(timeout=60)
+    runtime.thread = thread
+    atexit.register(_shutdown_at_exit)
+    return runtime
+
+
+def _shutdown_at_exit() -> None:
+    runtime = maybe_runtime()
+    if runtime is None or runtime.role != "controller":
+        return
+    stop_everything()
+    stop_local_actors(runtime)
+    _stop_controller_loop(runtime, CONTROLLER_STOP_TIMEOUT)
+
+
+def _stop_controller_loop(runtime: Runtime, timeout: float) -> None:
+    """End the controller's control loop and wait for its thread: a loop
+    left running while the interpreter shuts down may fire a timer into a
+    finalized interpreter (a crash at exit)."""
+
+    async def close() -> None:
+        try:
+            await runtime.close()
+        finally:
+            runtime.stopped.set()
+
+    # the loop may be gone or stuck: the thread join below is bounded either way
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(close(), runtime.loop).result(timeout)
+    if runtime.thread is not None:
+        runtime.thread.join(timeout)
+
+
+set_starter(start_controller)
+before_fail_fast_exit(stop_everything)
+
+
+# -- a proc -------------------------------------------------------------------------------
+
+
+def proc_main(blob: bytes) -> int:
+    """The life of a proc: forked by the host agent, it sets up the
+    environment its point in the mesh implies, runs the user's bootstrap,
+    starts its runtime, tells its owner where it listens, serves until told
+    to stop or until its owner vanishes, then exits."""
+    start: dict[str, Any] = pickle.loads(blob)
+    _use_paths(start["path"])
+    info: dict[str, Any] = pickle.loads(start["info"])
+    os.environ.update(info["env"])
+    join_job(os.environ["MONARCH_JOB_DIR"])
+    apply_binding(info.get("bind"))
+    sys.argv = [info.get("argv0", "monarch-proc")]
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    bootstrap = info.get("bootstrap")
+    if bootstrap is not None:
+        outcome = bootstrap()
+        if inspect.isawaitable(outcome):
+            loop.run_until_complete(_wait(outcome))
+    listener = loop.run_until_complete(listen(listen_address()))
+    runtime = Runtime(loop, listener, "proc")
+    runtime.root = info["root"]
+    runtime.owner = owner = info["owner"]
+    install(runtime)
+    wire(runtime)
+    install_proc_handlers(runtime, owner)
+    capture_output(runtime, owner, info["rank"], info["env"]["HYPERACTOR_PROCESS_NAME"])
+    runtime.send(
+        owner, ready_header(info["mesh"], info["rank"], runtime.address, os.getpid()), None
+    )
+    start_heartbeats(runtime, owner, info["mesh"], info["rank"], info["heartbeat"])
+    runtime.serve()
+    loop.run_until_complete(runtime.stopped.wait())
+    loop.run_until_complete(runtime.close())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0
+
+
+def _use_paths(paths: list[str] | None) -> None:
+    """A proc imports what its controller could: the controller's ``sys.path``
+    (a script's own folder, folders a test run added) goes first."""
+    if paths:
+        sys.path[:] = [*paths, *(p for p in sys.path if p not in paths)]
+
+
+async def _wait(outcome: Any) -> Any:
+    return await outcome

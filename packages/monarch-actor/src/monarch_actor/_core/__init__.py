@@ -1,0 +1,2 @@
+"""The message core: routing between processes, ports, futures, the wire
+protocol. It knows nothing of meshes, actors or supervision."""

@@ -1,0 +1,2 @@
+"""Processes and host agents: proc tables, the fork server, CPU binding and
+the procs' output."""

@@ -3,11 +3,10 @@ import sys
 
 import pytest
 
-# the procs import the test's actor classes by module name, as a user's procs would:
-# whatever a proc must import by reference lives in actors.py, not in a test module
+# the tests import shared actor classes from actors.py by module name (procs see this
+# sys.path too, as every proc sees its controller's)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
 
 os.environ.setdefault("MONARCH_PRELOAD", "")  # the tests do not use torch in procs
 

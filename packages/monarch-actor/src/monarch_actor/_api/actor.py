@@ -4,13 +4,24 @@
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import inspect
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
-__all__ = ["Actor", "EndpointProperty", "check_actor_class", "endpoint", "concurrent_endpoint"]
+import cloudpickle  # type: ignore[import-untyped]
+
+__all__ = [
+    "Actor",
+    "EndpointProperty",
+    "check_actor_class",
+    "concurrent_endpoint",
+    "endpoint",
+    "pickle_by_value_if_unimportable",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Propagator = Callable[..., Any] | Literal["cached", "inspect", "mocked"] | None
@@ -154,3 +165,24 @@ def check_actor_class(cls: object) -> bool:
             if fn is not None and inspect.iscoroutinefunction(fn):
                 raise ValueError(f"{cls.__qualname__} is a sync actor: its {hook} must be a def")
     return is_async
+
+
+_importable: dict[str, bool] = {}
+
+
+def pickle_by_value_if_unimportable(cls: type) -> None:
+    """Procs import an actor class by its module's name, on the controller's
+    ``sys.path``. A module the controller loaded from a file that no entry
+    of ``sys.path`` reaches (a pytest test module run from another folder)
+    cannot be imported that way: such a module travels by value instead."""
+    name = cls.__module__
+    if name == "__main__" or name in _importable:
+        return  # __main__ always travels by value
+    top = name.partition(".")[0]
+    found = top in sys.builtin_module_names or (
+        importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
+    )
+    _importable[name] = found
+    module = sys.modules.get(name)
+    if not found and module is not None:
+        cloudpickle.register_pickle_by_value(module)

@@ -183,8 +183,10 @@ class ActorHost:
             self.instance = cls.__new__(cls)
             self.instance.__init__(*args, **kwargs)
         except Exception as error:
-            self._answer(header, _failure(self.name, "__init__", error), failed=True)
+            # the owner hears of the failure before the answer: by the time the
+            # caller sees `initialized` fail, the proc mesh refuses new spawns
             self._fail(f"__init__ of {self.name} raised:\n{remote_traceback(error)}", error)
+            self._answer(header, _failure(self.name, "__init__", error), failed=True)
         else:
             emit(ActorStarted(repr(self.me), self.key, self.rank.rank))
             self._answer(header, None)
@@ -352,10 +354,10 @@ class ActorHost:
             task.cancel()
         if others:
             await asyncio.wait(others, timeout=cleanup_timeout())
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(
-            None, self.supervision.stop_owned, self.key, reason, cleanup_timeout()
-        )
+        if self.supervision.tree.owned_by(self.key):
+            # stopping them blocks: on a thread of its own, not the loop's default
+            # executor, which refuses work once the interpreter is shutting down
+            await _in_thread(self.supervision.stop_owned, self.key, reason, cleanup_timeout())
         cleanup = getattr(self.instance, "__cleanup__", None)
         if cleanup is None or self.instance is None:
             return
@@ -508,6 +510,31 @@ def _failure(actor: str, method: str, error: BaseException) -> BaseException:
 
 async def _awaitable(outcome: Awaitable[Any]) -> Any:
     return await outcome
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Await ``fn(*args)`` run on a new daemon thread."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(error: BaseException | None, value: Any) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(value)
+
+    def run() -> None:
+        try:
+            value = fn(*args)
+        except BaseException as error:
+            loop.call_soon_threadsafe(settle, error, None)
+        else:
+            loop.call_soon_threadsafe(settle, None, value)
+
+    threading.Thread(target=run, name="monarch-actor-stop-owned", daemon=True).start()
+    return await done
 
 
 class _DroppingPort(Port[Any]):

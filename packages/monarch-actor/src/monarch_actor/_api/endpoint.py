@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from monarch_mesh import Shape, Slice
+from monarch_mesh import Point, Shape, Slice
 from monarch_transport import encode
 
 from .._core.future import Future
@@ -72,7 +72,8 @@ class ActorEndpoint(Generic[R]):
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
         frames = self._message(args, kwargs)
-        gather = Gather(get_runtime(), len(self._mesh._shape), "stream")
+        shape = self._mesh._shape
+        gather = Gather(get_runtime(), len(shape), "stream", describe=self._describe(shape))
         self._cast(self._mesh._shape, frames, gather)
         return (Future._of(waiter) for waiter in gather.stream)
 
@@ -83,9 +84,23 @@ class ActorEndpoint(Generic[R]):
         self, mode: str, shape: Shape, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
         frames = self._message(args, kwargs)
-        gather = Gather(get_runtime(), len(shape), mode, _value_mesh_over(shape))
+        gather = Gather(
+            get_runtime(), len(shape), mode, _value_mesh_over(shape), self._describe(shape)
+        )
         self._cast(shape, frames, gather)
         return Future._of(gather.result)
+
+    def _describe(self, shape: Shape) -> Any:
+        """Who answers position i of a call on ``shape``, for error messages."""
+        mesh, method = self._mesh._name, self._name
+        spawned_on = self._mesh._procs._shape  # ranks are named in the whole mesh
+
+        def describe(position: int) -> str:
+            rank = list(spawned_on.ndslice).index(shape.ndslice[position])
+            point = Point(rank, spawned_on.extent)
+            return f"Endpoint call {mesh}.{method}() failed for actor mesh {mesh} at rank {point}"
+
+        return describe
 
     def rref(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(

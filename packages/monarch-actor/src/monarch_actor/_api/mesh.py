@@ -25,7 +25,7 @@ from .._core.wire import Key, Kind, Op
 from .._procs.binding import check_binding
 from .._procs.table import ProcTable, table_for
 from .._supervision.supervise import Supervision
-from .actor import EndpointProperty, check_actor_class
+from .actor import EndpointProperty, check_actor_class, pickle_by_value_if_unimportable
 from .endpoint import ActorEndpoint
 from .mesh_ops import MeshOps
 from .proc_control import (
@@ -157,8 +157,15 @@ class ProcMesh(MeshOps):
         if why is not None:
             raise SupervisionError(f"cannot spawn {name} on proc mesh {self._table.name}: {why}")
         key = f"{name}-{uuid.uuid4().hex[:12]}"
-        frames = encode((Class, args, kwargs, {"proc_mesh": self._known()}))
         mesh: ActorMesh[A] = ActorMesh(Class, key, name, self, self._shape, is_async)
+        refused = supervision.refusing_spawns(self._table.id, self._shape.ndslice)
+        if refused:  # as in Monarch: a handle whose first use raises
+            mesh._refused = _spawn_refused(refused, len(self._shape))
+            mesh._started = concurrent.futures.Future()
+            mesh._started.set_exception(mesh._refused)
+            return mesh  # type: ignore[return-value]
+        pickle_by_value_if_unimportable(Class)
+        frames = encode((Class, args, kwargs, {"proc_mesh": self._known()}))
         owner = supervision.adopt(mesh, "actor")
         header = {
             Key.OP: Op.SPAWN,
@@ -239,10 +246,12 @@ class ActorMesh(MeshOps, Generic[A]):
         self._shape = shape
         self._is_async = is_async
         self._started: concurrent.futures.Future[Any] | None = None  # where it was spawned
+        self._refused: RuntimeError | None = None  # the spawn was refused: every use raises this
 
     def _new_with_shape(self, shape: Shape) -> ActorMesh[A]:
         mesh = ActorMesh(self._class, self._key, self._name, self._procs, shape, self._is_async)
         mesh._started = self._started
+        mesh._refused = self._refused
         return mesh
 
     def __getattr__(self, name: str) -> Any:
@@ -254,6 +263,7 @@ class ActorMesh(MeshOps, Generic[A]):
             "_shape",
             "_is_async",
             "_started",
+            "_refused",
         ):
             raise AttributeError(name)
         attr = getattr(self._class, name, None)
@@ -277,11 +287,13 @@ class ActorMesh(MeshOps, Generic[A]):
         if port is not None:
             header[Key.REPLY_TO] = [port._address, port._pid]
         why = Supervision.of(runtime).dead(self._key, shape.ndslice)
-        if why is not None and header[Key.OP] == Op.CALL:
+        error: Exception | None = self._refused
+        if error is None and why is not None and header[Key.OP] == Op.CALL:
             error = SupervisionError(
                 f"Endpoint call {self._name}.{header[Key.METHOD]}() failed, the actor mesh "
                 f"{self._name} has status: {why}"
             )
+        if error is not None:
             if gather is None:
                 raise error
             gather.fail(error)
@@ -379,3 +391,24 @@ def as_endpoint(
     if method._mesh._is_async != prop.is_async and not method._mesh._is_async:
         raise ValueError(f"{method._name} is async but {method._cls.__qualname__} is a sync actor")
     return ActorEndpoint(method._mesh, prop, plain=True)
+
+
+def _spawn_refused(positions: list[int], size: int) -> RuntimeError:
+    """Monarch's error for a spawn on processes that hosted a failed actor:
+    each run of ranks with its status."""
+    failed = set(positions)
+    runs: list[str] = []
+    start = 0
+    for i in range(1, size + 1):
+        if i == size or (i in failed) != (start in failed):
+            status = (
+                "Failed(Cannot spawn new actors on mesh with supervision events)"
+                if start in failed
+                else "Running"
+            )
+            runs.append(f"{status}={start}..{i}")
+            start = i
+    return RuntimeError(
+        f"error spawning actor mesh: statuses: {';'.join(runs)} (a process that hosted a failed "
+        "actor accepts no new actors: spawn on a slice of healthy processes, or on a new proc mesh)"
+    )

@@ -125,13 +125,13 @@ def proc_exited(runtime: Runtime, table: ProcTable, rank: int, code: int, why: s
     table.notify_exits()
     supervision = Supervision.of(runtime)
     reason = supervision.exit_reason(table, rank, code)
-    where = f"process {table.name}-{rank} (pid {pid}) on host {table.hostname}"
+    reason += f" (process {table.name}-{rank}, pid {pid}, host {table.hostname})"
     if why:
         reason = f"{reason}; its last words:\n{why.rstrip()}"
     if not expected:
-        log.error("%s: %s", where, reason)
+        log.error("%s", reason)
         if not table.ready:
-            table.failure = f"{where}: {reason}"
+            table.failure = reason
             table.mark_ready()
         if address:
             runtime.peer_lost(address, reason)
@@ -281,15 +281,25 @@ def shutdown_context() -> Future[None]:
     return Future._of(done)
 
 
+def _stopping_unstarted(runtime: Runtime, table: ProcTable, reason: str) -> None:
+    table.stopping.update(range(table.size))
+    Supervision.of(runtime).stopping_procs(table, reason)
+
+
 def stop_everything() -> None:
     """Stop every proc mesh this process started, and its host agents."""
     runtime = maybe_runtime()
     if runtime is None:
         return
+    reason = "the controller exited"
     futures = []
     for table in list(runtime.get(ProcTables).values()):
-        if table.owned and not table.stopped and table.ready:
-            futures.append(stop_procs(table, list(range(table.size)), "the controller exited"))
+        if not table.owned or table.stopped:
+            continue
+        if table.ready:
+            futures.append(stop_procs(table, list(range(table.size)), reason))
+        else:  # still starting: the agent ends them below, and that is no failure
+            runtime.run_sync(_stopping_unstarted, runtime, table, reason)
     for future in futures:
         with contextlib.suppress(Exception):
             future.get(STOP_TIMEOUT + 2)

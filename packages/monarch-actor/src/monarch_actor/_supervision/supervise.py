@@ -104,6 +104,8 @@ class Supervision:
         self.monitor = HeartbeatMonitor(heartbeat_deadline())
         self.silent: dict[tuple[str, int], str] = {}  # why a silent process was killed
         self.checking = False
+        # proc mesh id -> its processes that hosted a failed actor: they refuse new spawns
+        self.tainted: dict[str, set[int]] = {}
         # the actors of this process, by key (set by the layer that hosts them)
         self.find_actor: Callable[[str], Supervised | None] = lambda key: None
         runtime.provide(self)
@@ -138,6 +140,14 @@ class Supervision:
         if entry is None or not self.tree.troubled(key):
             return None
         return self.tree.dead(key, [entry.positions.get(r, -1) for r in table_ranks])
+
+    def refusing_spawns(self, table_id: str, table_ranks: Iterable[int]) -> list[int]:
+        """The positions among ``table_ranks`` whose processes hosted a failed
+        actor (as in Monarch, they accept no new actors)."""
+        tainted = self.tainted.get(table_id)
+        if not tainted:
+            return []
+        return [i for i, rank in enumerate(table_ranks) if rank in tainted]
 
     def stopping(self, key: str, reason: str) -> None:
         self.tree.stopped(key, reason)
@@ -191,6 +201,11 @@ class Supervision:
         """A failure reported by an actor (or a process's tree) to its owner here."""
         report: Any = decode(frames)[1]
         failure: MeshFailure = report["failure"]
+        entry = self.owned.get(failure.mesh_name)
+        if entry is not None and entry.kind == "actor":
+            crashed = set(failure.crashed_ranks)
+            hosts = {rank for rank, position in entry.positions.items() if position in crashed}
+            self.tainted.setdefault(entry.table.id, set()).update(hosts)
         self.tree.fail(
             failure.mesh_name,
             failure.crashed_ranks,

@@ -22,7 +22,7 @@ class Accumulator(Generic[R, A]):
     in the order they arrive."""
 
     def __init__(
-        self, endpoint: ActorEndpoint[R], identity: A, combine: Callable[[A, R], A]
+        self, endpoint: ActorEndpoint[..., R], identity: A, combine: Callable[[A, R], A]
     ) -> None:
         if not isinstance(endpoint, ActorEndpoint):
             raise TypeError(

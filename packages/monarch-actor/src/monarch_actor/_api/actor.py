@@ -8,9 +8,9 @@ import importlib.machinery
 import inspect
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 import cloudpickle  # type: ignore[import-untyped]
 
@@ -23,7 +23,11 @@ __all__ = [
     "pickle_by_value_if_unimportable",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from .endpoint import ActorEndpoint
+
+P = ParamSpec("P")
+R = TypeVar("R")
 Propagator = Callable[..., Any] | Literal["cached", "inspect", "mocked"] | None
 
 # names an ActorMesh already has: an endpoint called so would be unreachable
@@ -43,10 +47,12 @@ class Actor:
 
 
 @dataclass(frozen=True, eq=False)
-class EndpointProperty:
-    """What ``@endpoint`` leaves on the class. Not callable on purpose: inside
-    the actor an endpoint is reached through a mesh, shared logic belongs in
-    a plain method."""
+class EndpointProperty(Generic[P, R]):
+    """What ``@endpoint`` leaves on the class: typed by the method's
+    parameters ``P`` and result ``R`` (an ``async def``'s awaited result), so
+    ``mesh.method.call_one(...)`` is checked and typed ``Future[R]``. Not
+    callable on purpose: inside the actor an endpoint is reached through a
+    mesh, shared logic belongs in a plain method."""
 
     method: Callable[..., Any]
     propagate: Propagator = None
@@ -71,12 +77,20 @@ class EndpointProperty:
     def signature(self) -> inspect.Signature:
         return inspect.signature(self.method)
 
-    def __get__(self, instance: object, owner: type | None = None) -> EndpointProperty:
+    # On a class the property itself; on an actor mesh (which ``spawn`` types
+    # as the actor class) the mesh's endpoint: that is what the type says.
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> EndpointProperty[P, R]: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> ActorEndpoint[P, R]: ...
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
         return self
 
 
 @overload
-def endpoint(method: F) -> EndpointProperty: ...
+def endpoint(method: Callable[Concatenate[Any, P], Awaitable[R]]) -> EndpointProperty[P, R]: ...
+@overload
+def endpoint(method: Callable[Concatenate[Any, P], R]) -> EndpointProperty[P, R]: ...
 @overload
 def endpoint(
     method: None = None,
@@ -84,7 +98,7 @@ def endpoint(
     propagate: Propagator = None,
     explicit_response_port: bool = False,
     instrument: bool = True,
-) -> Callable[[F], EndpointProperty]: ...
+) -> Callable[[Callable[..., Any]], EndpointProperty[..., Any]]: ...
 def endpoint(
     method: Callable[..., Any] | None = None,
     *,
@@ -95,7 +109,7 @@ def endpoint(
     """Mark an actor method as callable through meshes: ``@endpoint`` or
     ``@endpoint(explicit_response_port=True)``."""
 
-    def wrap(fn: Callable[..., Any]) -> EndpointProperty:
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty[..., Any]:
         if isinstance(fn, EndpointProperty):
             raise ValueError(f"{fn.name} is already an endpoint: use one endpoint decorator")
         if not callable(fn):
@@ -115,7 +129,7 @@ def concurrent_endpoint(
     """An ``async def`` endpoint whose calls run as concurrent tasks on the
     actor's loop: the actor moves on to its next message at the first await."""
 
-    def wrap(fn: Callable[..., Any]) -> EndpointProperty:
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty[..., Any]:
         if isinstance(fn, EndpointProperty):
             raise ValueError(
                 f"{fn.name}: do not stack @concurrent_endpoint with @endpoint; pass the "
@@ -128,8 +142,8 @@ def concurrent_endpoint(
     return wrap if method is None else wrap(method)
 
 
-def endpoints_of(cls: type) -> dict[str, EndpointProperty]:
-    found: dict[str, EndpointProperty] = {}
+def endpoints_of(cls: type) -> dict[str, EndpointProperty[..., Any]]:
+    found: dict[str, EndpointProperty[..., Any]] = {}
     for klass in reversed(cls.__mro__):
         for name, value in vars(klass).items():
             if isinstance(value, EndpointProperty):

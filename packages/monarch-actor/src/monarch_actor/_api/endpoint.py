@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from monarch_mesh import Point, Shape, Slice
 from monarch_transport import encode
@@ -29,13 +29,17 @@ if TYPE_CHECKING:
 
 __all__ = ["ActorEndpoint", "send"]
 
+P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class ActorEndpoint(Generic[R]):
-    """``mesh.method``: the adverbs that message the mesh's actors."""
+class ActorEndpoint(Generic[P, R]):
+    """``mesh.method``: the adverbs that message the mesh's actors, typed by
+    the method's parameters ``P`` and result ``R``."""
 
-    def __init__(self, mesh: ActorMesh[Any], prop: EndpointProperty, plain: bool = False) -> None:
+    def __init__(
+        self, mesh: ActorMesh[Any], prop: EndpointProperty[P, R], plain: bool = False
+    ) -> None:
         self._mesh = mesh
         self._prop = prop
         self._name = prop.name
@@ -55,29 +59,29 @@ class ActorEndpoint(Generic[R]):
                 header[Key.EXPLICIT_PORT] = 1
         self._mesh._cast_message(shape, header, frames, gather, port)
 
-    def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
+    def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         size = len(self._mesh._shape)
         if size != 1:
             raise ValueError(f"call_one requires exactly 1 actor, but mesh has {size}")
         return self._gathered("one", self._mesh._shape, args, kwargs)
 
-    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
         return self._gathered("all", self._mesh._shape, args, kwargs)
 
-    def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+    def choose(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         shape = self._mesh._shape
         rank = shape.ndslice[random.randrange(len(shape))]
         single = Shape([], Slice(offset=rank, sizes=[], strides=[]))
         return self._gathered("one", single, args, kwargs)
 
-    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
+    def stream(self, *args: P.args, **kwargs: P.kwargs) -> Iterator[Future[R]]:
         frames = self._message(args, kwargs)
         shape = self._mesh._shape
         gather = Gather(get_runtime(), len(shape), "stream", describe=self._describe(shape))
         self._cast(self._mesh._shape, frames, gather)
         return (Future._of(waiter) for waiter in gather.stream)
 
-    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+    def broadcast(self, *args: P.args, **kwargs: P.kwargs) -> None:
         self._cast(self._mesh._shape, self._message(args, kwargs), None)
 
     def _gathered(
@@ -113,7 +117,7 @@ class ActorEndpoint(Generic[R]):
 
 
 def send(
-    endpoint: ActorEndpoint[Any],
+    endpoint: ActorEndpoint[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     port: Port[Any] | None = None,

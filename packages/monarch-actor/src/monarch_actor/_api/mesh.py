@@ -378,7 +378,7 @@ def this_host() -> HostMesh:
 
 def as_endpoint(
     method: Any, *, propagate: Any = None, explicit_response_port: bool = False
-) -> ActorEndpoint[Any]:
+) -> ActorEndpoint[..., Any]:
     """An endpoint with every adverb for a method that is not marked
     ``@endpoint``: ``as_endpoint(mesh.plain_method).call()``."""
     if not isinstance(method, _NotAnEndpoint):
@@ -387,7 +387,7 @@ def as_endpoint(
             f"(mesh.some_method), got {method!r}"
         )
     function = getattr(method._cls, method._name)
-    prop = EndpointProperty(function, propagate, explicit_response_port)
+    prop: EndpointProperty[..., Any] = EndpointProperty(function, propagate, explicit_response_port)
     if method._mesh._is_async != prop.is_async and not method._mesh._is_async:
         raise ValueError(f"{method._name} is async but {method._cls.__qualname__} is a sync actor")
     return ActorEndpoint(method._mesh, prop, plain=True)

@@ -20,6 +20,7 @@ from monarch_transport import (
     PeerLeft,
     Received,
     Settings,
+    new_event_loop,
 )
 
 pytestmark = pytest.mark.anyio
@@ -83,6 +84,21 @@ async def test_send_many_nowait_keeps_order(backend):
                 assert len(event.frames[1]) == len(messages[n][1])
 
 
+async def until_departed(events):
+    """Wait (on the loop) until a handler has collected a ``PeerLeft``."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while not any(isinstance(e, PeerLeft) for e in events):
+        assert asyncio.get_running_loop().time() < deadline, events
+        await asyncio.sleep(0.01)
+
+
+def assert_handled(events, count, name):
+    """``count`` numbered messages, in order, then the sender's departure."""
+    received = [bytes(e.frames[0]) for e in events if isinstance(e, Received)]
+    assert received == [b"%d" % n for n in range(count)]
+    assert isinstance(events[-1], PeerLeft) and events[-1].peer.name == name
+
+
 async def test_deliver_to_hands_every_event_to_a_handler(backend):
     transport, address = backend
     async with await transport.listen(address(), settings()) as inbox:
@@ -92,13 +108,40 @@ async def test_deliver_to_hands_every_event_to_a_handler(backend):
         for n in range(30):
             await out.send([b"%d" % n])
         await out.aclose()
-        deadline = asyncio.get_running_loop().time() + 10
-        while not any(isinstance(e, PeerLeft) for e in events):
-            assert asyncio.get_running_loop().time() < deadline, events
-            await asyncio.sleep(0.01)
-        received = [bytes(e.frames[0]) for e in events if isinstance(e, Received)]
-        assert received == [b"%d" % n for n in range(30)]
-        assert isinstance(events[-1], PeerLeft) and events[-1].peer.name == "bob"
+        await until_departed(events)
+    assert_handled(events, 30, "bob")
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_deliver_to_before_the_loop_runs(backend, loop_kind):
+    """A process may set its listener up, hand it a handler and only then
+    start serving: the actor runtime's procs do exactly that."""
+    transport, address = backend
+    loop = new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
+    events = []
+
+    async def start():
+        inbox = await transport.listen(address(), settings())
+        out = await transport.connect(inbox.address, settings(name="carol"))
+        for n in range(3):
+            await out.send([b"%d" % n])
+        await asyncio.sleep(0.2)  # let them arrive before there is a handler
+        return inbox, out
+
+    async def finish():
+        for n in range(3, 6):
+            await out.send([b"%d" % n])
+        await out.aclose()
+        await until_departed(events)
+        await inbox.aclose()
+
+    try:
+        inbox, out = loop.run_until_complete(start())
+        inbox.deliver_to(events.append)  # the loop is not running now
+        loop.run_until_complete(finish())
+    finally:
+        loop.close()
+    assert_handled(events, 6, "carol")
 
 
 async def test_large_message(backend):
@@ -273,13 +316,11 @@ async def test_slow_consumer_slows_the_sender(backend):
 CHILD = textwrap.dedent(
     """
     import asyncio, sys
-    from monarch_transport import Settings
-    from monarch_transport._nng import NngTransport
-    from monarch_transport._socket import SocketTransport
-    from monarch_transport._address import Address
+    from monarch_transport import Address, Settings
+    from monarch_transport._registry import backend_class
 
     async def main():
-        transport = {"nng": NngTransport, "socket": SocketTransport}[sys.argv[1]]()
+        transport = backend_class(sys.argv[1])()
         settings = Settings(secret=b"s" * 32, name="child")
         out = await transport.connect(Address.parse(sys.argv[2]), settings)
         await out.send([b"hello from the child"])
@@ -310,3 +351,48 @@ async def test_a_killed_peer_is_noticed_within_a_second(wire_backend):
         finally:
             child.kill()
             child.wait()
+
+
+EXITING_CHILD = textwrap.dedent(
+    """
+    import asyncio, atexit, sys, threading
+    from monarch_transport import Address, Settings, new_event_loop
+    from monarch_transport._registry import backend_class
+
+    transport = backend_class(sys.argv[1])()
+    loop = new_event_loop()  # served by a thread, the way a controller runs its runtime
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    settings = Settings(secret=b"s" * 32)
+    connecting = transport.connect(Address.parse(sys.argv[2]), settings)
+    out = asyncio.run_coroutine_threadsafe(connecting, loop).result()
+
+    def linger():  # the listener goes away while this interpreter is finishing
+        print("exiting", flush=True)
+        asyncio.run_coroutine_threadsafe(out.wait_closed(), loop).result(10)
+        print("noticed", flush=True)
+
+    atexit.register(linger)
+    """
+)
+
+
+async def test_a_listener_lost_while_the_interpreter_exits_is_quiet(wire_backend):
+    """Processes end while their peers end too: losing a connection during
+    interpreter shutdown must not fail (worker threads are gone by then)."""
+    transport, address = wire_backend
+    inbox = await transport.listen(address(), settings())
+    child = subprocess.Popen(
+        [sys.executable, "-c", EXITING_CHILD, transport.name, str(inbox.address)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = await asyncio.to_thread(child.stdout.readline)
+        assert line == "exiting\n", child.stderr.read()
+        await inbox.aclose()
+        out, err = await asyncio.to_thread(child.communicate, timeout=30)
+    finally:
+        child.kill()
+    assert out == "noticed\n", err
+    assert child.returncode == 0 and "Traceback" not in err, err

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from monarch_transport import AddressError, ChannelTransport, TransportError
-from monarch_transport._select import BACKENDS
+from monarch_transport._registry import choosable
 
 
 def run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -40,7 +40,7 @@ SEND_ONE = """
 """
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", choosable())
 def test_environment_picks_the_backend(backend):
     done = run(
         SEND_ONE.format(extra="Address", setup="", address='"tcp://127.0.0.1:0"'),
@@ -113,3 +113,92 @@ def test_bad_choices_are_clear_errors():
     assert issubclass(AddressError, ValueError) and issubclass(AddressError, TransportError)
     with pytest.raises(AddressError, match="unknown channel transport"):
         ChannelTransport.from_name("smoke-signals")
+
+
+TOY = """
+    import asyncio
+    from monarch_transport import Transport, enable_transport, listen, transport_for
+    from monarch_transport._registry import register_backend
+
+    class Toy(Transport):
+        name = "toy"
+
+        async def listen(self, address, settings):
+            print("toy listens on", address)
+            raise SystemExit(0)
+
+        async def connect(self, address, settings):
+            raise NotImplementedError
+
+    register_backend(Toy)
+    {setup}
+    print(type(transport_for("tcp://127.0.0.1:0")).__name__)
+    asyncio.run(listen("tcp://127.0.0.1:0"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "env"),
+    [("", {"MONARCH_TRANSPORT": "toy"}), ('enable_transport("toy")', {})],
+)
+def test_a_backend_registered_from_outside_is_selectable_by_name(setup, env):
+    done = run(TOY.format(setup=setup), **(env or {"MONARCH_TRANSPORT": ""}))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["Toy", "toy listens on tcp://127.0.0.1:0"]
+
+
+UNKNOWN = """
+    from monarch_transport import (
+        Transport, TransportError, enable_transport, prefer_backend, transport_for
+    )
+    from monarch_transport._registry import register_backend
+
+    class Toy(Transport):  # never made: only its name counts here
+        name = "toy"
+
+    register_backend(Toy)
+    for attempt in (
+        lambda: prefer_backend("carrier-pigeon"),
+        lambda: transport_for("tcp://h:1"),
+        lambda: enable_transport("carrier-pigeon"),
+    ):
+        try:
+            attempt()
+        except TransportError as error:
+            print(error)
+"""
+
+
+def test_an_unknown_backend_is_an_error_naming_every_registered_one():
+    done = run(UNKNOWN, MONARCH_TRANSPORT="carrier-pigeon")
+    assert done.returncode == 0, done.stderr
+    choices = "use one of ['nng', 'socket', 'toy']"  # inproc serves inproc:// only: no choice
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [
+        f"'carrier-pigeon' is not a transport; {choices}",
+        f"MONARCH_TRANSPORT='carrier-pigeon' is not a transport; {choices}",
+    ]
+    assert lines[2].startswith("unknown channel transport 'carrier-pigeon'; use one of [")
+    assert lines[2].endswith("or a transport backend, one of ['nng', 'socket', 'toy']")
+
+
+def test_a_name_is_registered_once():
+    code = """
+        from monarch_transport import TransportError
+        from monarch_transport._nng import NngTransport
+        from monarch_transport._registry import register_backend
+        from monarch_transport._socket import SocketTransport
+
+        class Impostor(SocketTransport):
+            name = "nng"
+
+        register_backend(NngTransport)  # the same class again: harmless
+        try:
+            register_backend(Impostor)
+        except TransportError as error:
+            print(error)
+    """
+    done = run(code)
+    assert done.stdout.strip() == (
+        "transport backend 'nng' is registered already, by monarch_transport._nng.NngTransport"
+    ), done.stderr

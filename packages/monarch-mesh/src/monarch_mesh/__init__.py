@@ -14,10 +14,9 @@ from ._errors import (
     SelectionSyntaxError,
     SliceError,
 )
-from ._extent import Extent, Point
 from ._routing import Branch, RoutingTree
 from ._selection import Selection
-from ._shape import Shape
+from ._shape import Extent, Point, Shape
 from ._slice import Slice
 
 NDSlice = Slice  # Monarch's other name for it

@@ -1,51 +1,175 @@
-"""Labelled slices: the shape of a mesh, and the operations that reshape it."""
+"""Named dimensions: the sizes of a mesh (``Extent``), a coordinate in it
+(``Point``) and the labelled strided slice of ranks it covers (``Shape``).
+
+They refer to each other (an extent's region is a shape, a shape has an
+extent, an extent makes its points), so they live in one module: split
+apart, the two halves would import each other.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from math import prod
 from typing import Any
 
 from ._errors import DimensionNotFoundError, MeshIndexError, SliceError
-from ._extent import Extent, check_labels
+from ._indexing import resolve_index, split_sizes
+from ._labels import bare, check_labels, missing_dimension
 from ._slice import Slice
 
-__all__ = ["Shape"]
+__all__ = ["Extent", "Point", "Shape"]
 
 
-def resolve_index(label: str, index: int | slice, size: int) -> range:
-    """The indices of dimension ``label`` (of ``size``) that ``index`` picks.
+class Extent(Mapping[str, int]):
+    """An ordered, read-only mapping from dimension label to size.
 
-    Ints may be negative (counted from the end); slices follow Python's rules
-    but must pick at least one index and step forward.
+    >>> ext = Extent(["hosts", "gpus"], [2, 4])
+    >>> ext, ext["gpus"], ext.nelements
+    ({hosts: 2, gpus: 4}, 4, 8)
     """
-    if isinstance(index, bool) or not isinstance(index, int | slice):
-        raise TypeError(
-            f"index for dimension {label!r} must be an int or a slice, "
-            f"got {type(index).__name__} {index!r}"
-        )
-    valid = f"valid: 0..{size - 1}" if size else "the dimension is empty"
-    if isinstance(index, int):
-        position = index + size if index < 0 else index
-        if not 0 <= position < size:
-            raise MeshIndexError(
-                f"index {index} out of range for dimension {label!r} of size {size} ({valid})"
+
+    __slots__ = ("_labels", "_sizes")
+
+    def __init__(self, labels: Sequence[str], sizes: Sequence[int]) -> None:
+        self._labels = check_labels(labels)
+        self._sizes = tuple(sizes)
+        if len(self._labels) != len(self._sizes):
+            raise SliceError(
+                f"got {len(self._labels)} labels but {len(self._sizes)} sizes: "
+                f"{list(self._labels)} vs {list(self._sizes)}"
             )
-        return range(position, position + 1)
-    if index.step is not None and index.step <= 0:
-        raise SliceError(f"slice step for dimension {label!r} must be positive, got {index.step}")
-    picked = range(size)[index]
-    if not picked:
-        raise MeshIndexError(
-            f"slice {_slice_text(index)} selects nothing from dimension {label!r} "
-            f"of size {size} ({valid})"
+        for label, size in zip(self._labels, self._sizes, strict=True):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise SliceError(f"size of {label!r} must be an int >= 0, got {size!r}")
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self._labels)
+
+    @property
+    def sizes(self) -> list[int]:
+        return list(self._sizes)
+
+    @property
+    def nelements(self) -> int:
+        return prod(self._sizes)
+
+    @property
+    def region(self) -> Shape:
+        """The dense row-major shape with these labels and sizes."""
+        return Shape(self._labels, Slice.new_row_major(self._sizes))
+
+    def point(self, rank: int) -> Point:
+        """The point at row-major ``rank``."""
+        return Point(rank, self)
+
+    def __getitem__(self, label: str) -> int:
+        try:
+            return self._sizes[self._labels.index(label)]
+        except ValueError:
+            raise missing_dimension(label, self._labels) from None
+
+    def __contains__(self, label: object) -> bool:
+        return label in self._labels
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._labels)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Extent):
+            return False
+        return (self._labels, self._sizes) == (other._labels, other._sizes)
+
+    def __hash__(self) -> int:
+        return hash((self._labels, self._sizes))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Extent, (self._labels, self._sizes))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{bare(k)}: {v}" for k, v in zip(self._labels, self._sizes, strict=True))
+        return "{" + inner + "}"
+
+
+class Point(Mapping[str, int]):
+    """A coordinate in an ``Extent``: a read-only mapping from label to index.
+
+    ``rank`` is the row-major position in the extent, so ``**point`` passes
+    the coordinates as keyword arguments (``mesh.slice(**point)``).
+
+    >>> p = Point(7, Extent(["hosts", "gpus"], [2, 4]))
+    >>> p, p["gpus"], p.rank
+    ({'hosts': 1/2, 'gpus': 3/4}, 3, 7)
+    """
+
+    __slots__ = ("_coords", "_extent", "_rank")
+    __hash__ = None  # type: ignore[assignment]  # as in Monarch: points are unhashable
+
+    def __init__(self, rank: int, extent: Extent) -> None:
+        if not isinstance(extent, Extent):
+            raise TypeError(f"extent must be an Extent, got {type(extent).__name__}")
+        n = extent.nelements
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise TypeError(f"rank must be an int, got {type(rank).__name__}")
+        if not 0 <= rank < n:
+            raise MeshIndexError(
+                f"out of range: total ranks {n}; does not contain rank {rank} (extent {extent})"
+            )
+        coords = []
+        rest = rank
+        for size in reversed(extent._sizes):
+            rest, c = divmod(rest, size)
+            coords.append(c)
+        self._rank = rank
+        self._extent = extent
+        self._coords = tuple(reversed(coords))
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def extent(self) -> Extent:
+        return self._extent
+
+    def size(self, label: str) -> int:
+        """The size of dimension ``label`` in this point's extent."""
+        return self._extent[label]
+
+    def __getitem__(self, label: str) -> int:
+        try:
+            return self._coords[self._extent._labels.index(label)]
+        except ValueError:
+            raise missing_dimension(label, self._extent._labels) from None
+
+    def __contains__(self, label: object) -> bool:
+        return label in self._extent._labels
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._extent._labels)
+
+    def __len__(self) -> int:
+        return len(self._coords)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Point):
+            return False
+        return (self._rank, self._extent) == (other._rank, other._extent)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Point, (self._rank, self._extent))
+
+    def __repr__(self) -> str:
+        parts = (
+            f"{label!r}: {c}/{size}"
+            for label, c, size in zip(
+                self._extent._labels, self._coords, self._extent._sizes, strict=True
+            )
         )
-    return picked
-
-
-def _slice_text(s: slice) -> str:
-    text = f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
-    return text if s.step is None else f"{text}:{s.step}"
+        return "{" + ", ".join(parts) + "}"
 
 
 class Shape:
@@ -218,7 +342,7 @@ class Shape:
                 strides.append(stride)
                 continue
             news = splits[label]
-            parts = _split_sizes(label, size, news, sizes_given)
+            parts = split_sizes(label, size, news, sizes_given)
             strides.extend(stride * prod(parts[j + 1 :]) for j in range(len(parts)))
             labels.extend(news)
             sizes.extend(parts)
@@ -265,28 +389,3 @@ class Shape:
 
     def __repr__(self) -> str:
         return f"Shape {{ labels: {list(self._labels)}, slice: {self._slice!r} }}"
-
-
-def _split_sizes(
-    label: str, size: int, news: tuple[str, ...], given: Mapping[str, int]
-) -> list[int]:
-    unknown = [new for new in news if new not in given]
-    if len(unknown) > 1:
-        raise SliceError(
-            f"splitting {label!r} into {list(news)}: give the sizes of all but one of {unknown}"
-        )
-    known = prod(given[new] for new in news if new in given)
-    if unknown:
-        inferred, remainder = divmod(size, known)
-        if remainder:
-            raise SliceError(
-                f"cannot split {label!r} of size {size} into {list(news)}: {size} is not "
-                f"divisible by {known}"
-            )
-        return [given.get(new, inferred) for new in news]
-    if known != size:
-        raise SliceError(
-            f"cannot split {label!r} of size {size} into {list(news)} with sizes "
-            f"{[given[new] for new in news]} (product {known})"
-        )
-    return [given[new] for new in news]

@@ -17,6 +17,8 @@ authentication on the job's secret. No actor concepts live here.
 {'hello': 'world'}
 """
 
+# the built-in backends register themselves when imported
+from . import _inproc, _nng, _socket  # noqa: F401
 from ._address import Address, ChannelTransport
 from ._auth import SECRET_ENV, job_secret
 from ._codec import decode, decode_header, encode, encode_header
@@ -26,22 +28,12 @@ from ._errors import (
     ConnectError,
     DecodeError,
     EncodeError,
+    ListenerClosed,
     MessageTooLarge,
     PeerDisconnected,
     TransportError,
 )
-from ._interface import (
-    Event,
-    Listener,
-    ListenerClosed,
-    Peer,
-    PeerLeft,
-    Received,
-    Sender,
-    Settings,
-    TlsFiles,
-    Transport,
-)
+from ._interface import Event, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import new_event_loop, run
 from ._select import (
     connect,
@@ -51,6 +43,7 @@ from ._select import (
     prefer_backend,
     transport_for,
 )
+from ._settings import Settings, TlsFiles
 
 __all__ = [
     "SECRET_ENV",

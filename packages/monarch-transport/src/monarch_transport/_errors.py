@@ -8,6 +8,7 @@ __all__ = [
     "ConnectError",
     "DecodeError",
     "EncodeError",
+    "ListenerClosed",
     "MessageTooLarge",
     "PeerDisconnected",
     "TransportError",
@@ -44,3 +45,7 @@ class ConnectError(TransportError, ConnectionError):
 
 class PeerDisconnected(TransportError, ConnectionError):
     """The peer closed the connection, or it broke."""
+
+
+class ListenerClosed(TransportError):
+    """``receive()`` on a listener that was closed."""

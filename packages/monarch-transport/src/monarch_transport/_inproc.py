@@ -14,20 +14,11 @@ from collections.abc import Sequence
 
 from ._address import Address
 from ._auth import ClientHandshake, ServerHandshake
-from ._errors import ConnectError, PeerDisconnected
-from ._interface import (
-    Buffer,
-    Event,
-    EventQueue,
-    Listener,
-    ListenerClosed,
-    Peer,
-    PeerLeft,
-    Received,
-    Sender,
-    Settings,
-    Transport,
-)
+from ._errors import ConnectError, ListenerClosed, PeerDisconnected
+from ._event_queue import EventQueue, QueuedListener
+from ._interface import Buffer, Event, Listener, Peer, PeerLeft, Received, Sender, Transport
+from ._registry import register_backend
+from ._settings import Settings
 from ._wire import prefix
 
 __all__ = ["InprocTransport"]
@@ -36,7 +27,7 @@ _listeners: dict[str, InprocListener] = {}
 _registry_lock = threading.Lock()
 
 
-class InprocListener(Listener):
+class InprocListener(QueuedListener):
     def __init__(self, address: Address, settings: Settings) -> None:
         self.address = address
         self._settings = settings
@@ -59,9 +50,6 @@ class InprocListener(Listener):
         """Deliver; a sender on the listener's own loop waits while it is backed up."""
         if self._queue.put(event) and asyncio.get_running_loop() is self._loop:
             await self._queue.room()
-
-    async def receive(self) -> Event:
-        return await self._queue.get()
 
     async def aclose(self) -> None:
         if self.closed:
@@ -137,3 +125,6 @@ class InprocTransport(Transport):
             )
         peer = listener.accept(ClientHandshake(settings.secret, settings.name))
         return InprocSender(listener, peer, settings)
+
+
+register_backend(InprocTransport, owns_scheme="inproc")

@@ -8,40 +8,28 @@ order). Every connection is authenticated before a single frame passes.
 from __future__ import annotations
 
 import asyncio
-import collections
-import os
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Self
+from typing import Self
 
 from ._address import Address
-from ._auth import job_secret
-from ._errors import TransportError
+from ._errors import ListenerClosed
+from ._settings import Settings
 
 __all__ = [
     "Buffer",
     "Event",
     "Listener",
-    "ListenerClosed",
     "Peer",
     "PeerLeft",
     "Received",
     "Sender",
-    "Settings",
-    "TlsFiles",
     "Transport",
 ]
 
 Buffer = bytes | bytearray | memoryview
-MAX_SIZE_ENV: Final = "MONARCH_MAX_MESSAGE_SIZE"
-DEFAULT_MAX_SIZE: Final = 4 << 30  # 4 GiB
-
-
-class ListenerClosed(TransportError):
-    """``receive()`` on a listener that was closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,78 +59,6 @@ class PeerLeft:
 
 
 Event = Received | PeerLeft
-
-
-def _default_max_size() -> int:
-    text = os.environ.get(MAX_SIZE_ENV)
-    if text is None:
-        return DEFAULT_MAX_SIZE
-    if not text.isdigit() or int(text) < 1024:
-        raise TransportError(f"{MAX_SIZE_ENV} must be a byte count of at least 1024, got {text!r}")
-    return int(text)
-
-
-TLS_ENV: Final = ("HYPERACTOR_TLS_CA", "HYPERACTOR_TLS_CERT", "HYPERACTOR_TLS_KEY")
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """PEM files for ``tls+tcp://`` addresses: the CA that signed the peers'
-    certificates, and this side's certificate and key. ``TlsFiles.from_env()``
-    reads Monarch's ``HYPERACTOR_TLS_CA``/``_CERT``/``_KEY``."""
-
-    ca: str
-    cert: str
-    key: str
-    server_name: str | None = None  # what a connecting side expects; default: the host
-
-    @staticmethod
-    def from_env() -> TlsFiles | None:
-        paths = [os.environ.get(name) for name in TLS_ENV]
-        if not any(paths):
-            return None
-        missing = [name for name, path in zip(TLS_ENV, paths, strict=True) if not path]
-        if missing:
-            raise TransportError(
-                f"TLS needs all of {', '.join(TLS_ENV)}; missing {', '.join(missing)}"
-            )
-        return TlsFiles(*paths)  # type: ignore[arg-type]
-
-    def read(self) -> tuple[str, str, str]:
-        """The CA, certificate and key as PEM text."""
-        try:
-            return tuple(open(path).read() for path in (self.ca, self.cert, self.key))  # type: ignore[return-value]
-        except OSError as error:
-            raise TransportError(f"cannot read a TLS file: {error}") from error
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What both sides of a connection must agree on, and local limits.
-
-    ``secret``: the job's secret (``$MONARCH_JOB_SECRET``); ``max_message_size``:
-    the largest message accepted or sent (``$MONARCH_MAX_MESSAGE_SIZE``, 4 GiB
-    by default); ``handshake_timeout``: seconds a peer gets to authenticate;
-    ``queue_depth``: messages a listener buffers before its senders wait;
-    ``name``: how a sender introduces itself to the listener; ``tls``: the
-    certificates for ``tls+tcp://`` addresses (``$HYPERACTOR_TLS_*`` by default).
-    """
-
-    secret: bytes = field(default_factory=job_secret)
-    max_message_size: int = field(default_factory=_default_max_size)
-    handshake_timeout: float = 5.0
-    queue_depth: int = 1024
-    name: str = ""
-    tls: TlsFiles | None = field(default_factory=TlsFiles.from_env)
-
-    def tls_files(self, address: Address) -> TlsFiles:
-        """The TLS files for ``address``; a clear error when there are none."""
-        if self.tls is None:
-            raise TransportError(
-                f"{address} is a TLS address but no certificates are configured: set "
-                f"{', '.join(TLS_ENV)} (PEM file paths) or pass Settings(tls=TlsFiles(...))"
-            )
-        return self.tls
 
 
 class _Closing(ABC):
@@ -177,11 +93,14 @@ class Listener(_Closing):
         """Stop listening and drop every connection."""
 
     def deliver_to(self, handler: Callable[[Event], None]) -> None:
-        """From now on, call ``handler`` on the loop with each event instead of
-        waiting in ``receive()``: for a consumer that never blocks (a router),
-        one task switch less per message. Call it right after ``listen``. A
-        backend may call the handler straight from its read callback; this
-        version runs a task over ``receive()``."""
+        """From now on, call ``handler`` on the listener's loop with each event
+        instead of waiting in ``receive()``: for a consumer that never blocks
+        (a router), one task switch less per message. Call it right after
+        ``listen``, from the loop's thread; the loop need not be running yet
+        (a process may set up its listener before it starts serving).
+
+        Backends call the handler straight from their read callbacks; this
+        fallback, for backends that do not, runs a task over ``receive()``."""
 
         async def pump() -> None:
             while True:
@@ -191,7 +110,11 @@ class Listener(_Closing):
                     return
                 handler(event)
 
-        self._pump = asyncio.get_running_loop().create_task(pump())
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # set up before the loop runs: the loop set for this thread
+            loop = asyncio.get_event_loop()
+        self._pump = loop.create_task(pump())
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()
@@ -251,81 +174,9 @@ class Transport(ABC):
     name: str
 
     @abstractmethod
-    async def listen(self, address: Address, settings: Settings) -> Listener: ...
+    async def listen(self, address: Address, settings: Settings) -> Listener:
+        """Listen on ``address``; ``ConnectError`` when it cannot be bound."""
 
     @abstractmethod
-    async def connect(self, address: Address, settings: Settings) -> Sender: ...
-
-
-class EventQueue:
-    """The events of a listener: producers anywhere, one consumer on the loop.
-    ``put`` never waits but says when more than ``depth`` events wait; the
-    producer then stops reading and asks ``when_room`` to hear when the queue
-    has drained to half: that is how a slow consumer slows its senders."""
-
-    def __init__(self, depth: int) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._depth = depth
-        self._items: collections.deque[Event | BaseException] = collections.deque()
-        self._lock = threading.Lock()
-        self._waiter: asyncio.Future[None] | None = None
-        self._on_room: list[Callable[[], None]] = []
-
-    def put(self, item: Event | BaseException) -> bool:
-        """Append, from any thread, never waiting; whether the queue is now full."""
-        with self._lock:
-            self._items.append(item)
-            waiter, self._waiter = self._waiter, None
-            full = len(self._items) >= self._depth
-        if waiter is not None:
-            if _on_loop(self._loop):
-                _wake(waiter)
-            else:
-                self._loop.call_soon_threadsafe(_wake, waiter)
-        return full
-
-    def empty(self) -> bool:
-        with self._lock:
-            return not self._items
-
-    def when_room(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` on the loop once the queue has drained to half."""
-        self._on_room.append(callback)
-
-    async def room(self) -> None:
-        """Wait until the queue has drained to half."""
-        drained = self._loop.create_future()
-        self.when_room(lambda: _wake(drained))
-        await drained
-
-    async def get(self) -> Event:
-        while True:
-            with self._lock:
-                if self._items:
-                    item = self._items.popleft()
-                    left = len(self._items)
-                    break
-                self._waiter = self._loop.create_future()
-                waiter = self._waiter
-            await waiter
-        if self._on_room and left <= self._depth // 2:
-            callbacks, self._on_room = self._on_room, []
-            for callback in callbacks:
-                callback()
-        if isinstance(item, BaseException):
-            with self._lock:
-                self._items.appendleft(item)  # the answer for every later get()
-            raise item
-        return item
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+    async def connect(self, address: Address, settings: Settings) -> Sender:
+        """An authenticated connection to the listener at ``address``."""

@@ -25,3 +25,10 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on the loop ``new_event_loop`` makes."""
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(main)
+
+
+def wake(waiter: asyncio.Future[None]) -> None:
+    """Settle ``waiter`` unless it is settled already (a cancelled wait, or a
+    second wake-up for the same reason)."""
+    if not waiter.done():
+        waiter.set_result(None)

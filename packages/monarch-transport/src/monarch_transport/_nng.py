@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -28,21 +28,14 @@ from ._errors import (
     AuthenticationError,
     ConnectError,
     DecodeError,
+    ListenerClosed,
     MessageTooLarge,
     PeerDisconnected,
 )
-from ._interface import (
-    Buffer,
-    EventQueue,
-    Listener,
-    ListenerClosed,
-    Peer,
-    PeerLeft,
-    Received,
-    Sender,
-    Settings,
-    Transport,
-)
+from ._event_queue import EventQueue, QueuedListener
+from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
+from ._registry import register_backend
+from ._settings import Settings
 from ._wire import Kind, join, split
 
 __all__ = ["NngTransport"]
@@ -88,7 +81,7 @@ class _Pipe:
     peer: Peer | None = None
 
 
-class NngListener(Listener):
+class NngListener(QueuedListener):
     def __init__(self, address: Address, settings: Settings) -> None:
         self._settings = settings
         self._queue = EventQueue(settings.queue_depth)
@@ -232,7 +225,7 @@ class NngListener(Listener):
         try:
             self._sock.send_msg(msg, block=False)
         except pynng.TryAgain:  # a new pipe may not take a message at once
-            self._loop.run_in_executor(None, self._send_late, msg)
+            return _in_worker(self._loop, lambda: self._send_late(msg))
         except pynng.NNGException:
             return False
         return True
@@ -248,9 +241,6 @@ class NngListener(Listener):
 
     # -- the consumer -------------------------------------------------------------
 
-    async def receive(self) -> Received | PeerLeft:
-        return await self._queue.get()
-
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
@@ -258,6 +248,17 @@ class NngListener(Listener):
             self._loop.remove_reader(self._fd)
             await anyio.to_thread.run_sync(self._sock.close)
             self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
+
+
+def _in_worker(loop: asyncio.AbstractEventLoop, work: Callable[[], None]) -> bool:
+    """Run ``work`` (a blocking nng call) on a worker thread, off the loop;
+    whether a worker could be had. None can once the interpreter is exiting,
+    which is just when peers go away in numbers: the caller then decides."""
+    try:
+        loop.run_in_executor(None, work)
+    except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+        return False
+    return True
 
 
 def _close_pipe(pipe: pynng.Pipe) -> None:
@@ -287,7 +288,8 @@ class NngSender(Sender):
             self._reason = reason
             self._gone.set()
             # nng would redial on its own; a new connection must authenticate anew
-            self._loop.run_in_executor(None, self._sock.close)
+            if not _in_worker(self._loop, self._sock.close):
+                self._sock.close()
 
     def send_nowait(self, frames: Sequence[Buffer]) -> bool:
         if self._reason is not None:
@@ -404,3 +406,6 @@ def _receive(sock: pynng.Socket) -> tuple[int, memoryview]:
     if len(frames) != 1:
         raise AuthenticationError("handshake messages carry exactly one frame")
     return kind, frames[0]
+
+
+register_backend(NngTransport)

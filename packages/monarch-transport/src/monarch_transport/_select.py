@@ -1,7 +1,8 @@
 """Which backend and which kind of address a process uses: configuration,
-never user code. ``$MONARCH_TRANSPORT`` (``nng`` or ``socket``) picks the
-backend; ``enable_transport(...)`` may pick it, or the kind of address to
-listen on, before the first connection is made."""
+never user code. ``$MONARCH_TRANSPORT`` (a registered backend's name, such
+as ``nng`` or ``socket``) picks the backend; ``enable_transport(...)`` may
+pick it, or the kind of address to listen on, before the first connection
+is made. Backends come from the registry (``_registry``)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import os
 import threading
 
 from ._address import Address, ChannelTransport
-from ._errors import AddressError, TransportError
-from ._inproc import InprocTransport
-from ._interface import Listener, Sender, Settings, Transport
-from ._nng import NngTransport
-from ._socket import SocketTransport
+from ._errors import AddressError
+from ._interface import Listener, Sender, Transport
+from ._registry import backend_class, choosable, scheme_owner
+from ._settings import Settings
 
 __all__ = [
     "connect",
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 BACKEND_ENV = "MONARCH_TRANSPORT"
-BACKENDS: dict[str, type[Transport]] = {"nng": NngTransport, "socket": SocketTransport}
+DEFAULT_BACKEND = "nng"
 
 
 class _Choice:
@@ -34,7 +34,7 @@ class _Choice:
         self.backend: str | None = None
         self.listen_on: ChannelTransport | Address = ChannelTransport.Unix
         self.used = False
-        self.instances: dict[str, Transport] = {}
+        self.instances: dict[type[Transport], Transport] = {}
 
 
 _choice = _Choice()
@@ -57,43 +57,45 @@ def enable_transport(transport: ChannelTransport | str) -> None:
             raise TypeError(
                 f"enable_transport() takes a ChannelTransport or a str, got {transport!r}"
             )
-        elif transport in BACKENDS:
+        elif transport in choosable():
             _choice.backend = transport
         elif "://" in transport:
             _choice.listen_on = Address.parse(transport)
         else:
-            _choice.listen_on = ChannelTransport.from_name(transport)
+            try:
+                _choice.listen_on = ChannelTransport.from_name(transport)
+            except AddressError as error:
+                raise AddressError(
+                    f"{error}; or a transport backend, one of {choosable()}"
+                ) from None
 
 
 def prefer_backend(name: str) -> None:
     """Make ``name`` the backend of this process, and of the processes it
     starts, unless ``$MONARCH_TRANSPORT`` or ``enable_transport()`` chose one:
     a runtime's own default, which configuration still overrides."""
-    if name not in BACKENDS:
-        raise TransportError(f"{name!r} is not a transport; use one of {sorted(BACKENDS)}")
+    backend_class(name)  # an unknown name is an error even when configuration wins
     with _choice.lock:
         if _choice.backend is None and not os.environ.get(BACKEND_ENV):  # empty means unset
             os.environ[BACKEND_ENV] = name
 
 
-def backend_name() -> str:
-    name = _choice.backend or os.environ.get(BACKEND_ENV) or "nng"
-    if name not in BACKENDS:
-        raise TransportError(
-            f"{BACKEND_ENV}={name!r} is not a transport; use one of {sorted(BACKENDS)}"
-        )
-    return name
+def _configured() -> type[Transport]:
+    if _choice.backend is not None:
+        return backend_class(_choice.backend)
+    name = os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
+    return backend_class(name, named_by=f"{BACKEND_ENV}=")
 
 
 def transport_for(address: Address | str) -> Transport:
     """The backend that handles ``address``: inproc addresses stay in process."""
     address = Address.parse(address)
-    name = "inproc" if address.scheme == "inproc" else backend_name()
+    cls = scheme_owner(address.scheme) or _configured()
     with _choice.lock:
         _choice.used = True
-        if name not in _choice.instances:
-            _choice.instances[name] = InprocTransport() if name == "inproc" else BACKENDS[name]()
-        return _choice.instances[name]
+        if cls not in _choice.instances:
+            _choice.instances[cls] = cls()
+        return _choice.instances[cls]
 
 
 def default_listen_address() -> Address:

@@ -25,23 +25,16 @@ from ._errors import (
     AuthenticationError,
     ConnectError,
     DecodeError,
+    ListenerClosed,
     MessageTooLarge,
     PeerDisconnected,
     TransportError,
 )
-from ._interface import (
-    Buffer,
-    Event,
-    EventQueue,
-    Listener,
-    ListenerClosed,
-    Peer,
-    PeerLeft,
-    Received,
-    Sender,
-    Settings,
-    Transport,
-)
+from ._event_queue import EventQueue, QueuedListener
+from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
+from ._loop import wake
+from ._registry import register_backend
+from ._settings import Settings
 from ._wire import HEAD, MAX_FRAMES, Kind, prefix, read_lengths
 
 __all__ = ["SocketTransport"]
@@ -203,7 +196,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.reason = "connection closed" if exc is None else f"connection broke: {exc}"
             self.on_lost(self.reason)
         while self.drained:
-            _wake(self.drained.popleft())
+            wake(self.drained.popleft())
 
     def eof_received(self) -> bool:
         return False  # a half-closed connection is a closed one
@@ -219,7 +212,7 @@ class _Connection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.paused = False
         while self.drained:
-            _wake(self.drained.popleft())
+            wake(self.drained.popleft())
 
     async def writable(self) -> None:
         """Wait until the kernel takes more (or the connection ends)."""
@@ -237,7 +230,7 @@ def _stream_socket(address: Address) -> socket.socket:
     return sock
 
 
-class SocketListener(Listener):
+class SocketListener(QueuedListener):
     def __init__(self, address: Address, settings: Settings) -> None:
         self.address = address
         self._settings = settings
@@ -246,13 +239,6 @@ class SocketListener(Listener):
         self._connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
         self._closed = False
-        self._handler: Callable[[Event], None] | None = None
-
-    def deliver_to(self, handler: Callable[[Event], None]) -> None:
-        if self._queue.empty():
-            self._handler = handler  # straight from each connection's read callback
-        else:  # events already wait: keep them in order behind a task
-            super().deliver_to(handler)
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -275,8 +261,6 @@ class SocketListener(Listener):
             if peer is not None:
                 if kind != Kind.DATA:
                     conn.close(f"protocol error: message kind {kind} after the handshake")
-                elif self._handler is not None:
-                    self._handler(Received(peer, frames))
                 elif self._queue.put(Received(peer, frames)) and conn.transport is not None:
                     conn.transport.pause_reading()  # until the consumer catches up
                     self._queue.when_room(conn.transport.resume_reading)
@@ -305,17 +289,11 @@ class SocketListener(Listener):
                     reason,
                 )
             if peer is not None and not self._closed:
-                if self._handler is not None:
-                    self._handler(PeerLeft(peer, reason))
-                else:
-                    self._queue.put(PeerLeft(peer, reason))
+                self._queue.put(PeerLeft(peer, reason))
 
         conn.on_message, conn.on_lost = on_message, on_lost
         self._connections.add(conn)
         return conn
-
-    async def receive(self) -> Event:
-        return await self._queue.get()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -506,6 +484,4 @@ def _ignore(*args: object) -> None:
     pass
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+register_backend(SocketTransport)

@@ -1,0 +1,89 @@
+"""What a connection is configured with: the job's secret, size limits,
+timeouts and TLS files. Defaults come from the environment, so every process
+of a job agrees without being told."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Final
+
+from ._address import Address
+from ._auth import job_secret
+from ._errors import TransportError
+
+__all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_ENV", "TLS_ENV", "Settings", "TlsFiles"]
+
+MAX_SIZE_ENV: Final = "MONARCH_MAX_MESSAGE_SIZE"
+DEFAULT_MAX_SIZE: Final = 4 << 30  # 4 GiB
+TLS_ENV: Final = ("HYPERACTOR_TLS_CA", "HYPERACTOR_TLS_CERT", "HYPERACTOR_TLS_KEY")
+
+
+def _default_max_size() -> int:
+    text = os.environ.get(MAX_SIZE_ENV)
+    if text is None:
+        return DEFAULT_MAX_SIZE
+    if not text.isdigit() or int(text) < 1024:
+        raise TransportError(f"{MAX_SIZE_ENV} must be a byte count of at least 1024, got {text!r}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for ``tls+tcp://`` addresses: the CA that signed the peers'
+    certificates, and this side's certificate and key. ``TlsFiles.from_env()``
+    reads Monarch's ``HYPERACTOR_TLS_CA``/``_CERT``/``_KEY``."""
+
+    ca: str
+    cert: str
+    key: str
+    server_name: str | None = None  # what a connecting side expects; default: the host
+
+    @staticmethod
+    def from_env() -> TlsFiles | None:
+        """The files named by ``$HYPERACTOR_TLS_*``; ``None`` when none is set."""
+        paths = [os.environ.get(name) for name in TLS_ENV]
+        if not any(paths):
+            return None
+        missing = [name for name, path in zip(TLS_ENV, paths, strict=True) if not path]
+        if missing:
+            raise TransportError(
+                f"TLS needs all of {', '.join(TLS_ENV)}; missing {', '.join(missing)}"
+            )
+        return TlsFiles(*paths)  # type: ignore[arg-type]
+
+    def read(self) -> tuple[str, str, str]:
+        """The CA, certificate and key as PEM text."""
+        try:
+            return tuple(open(path).read() for path in (self.ca, self.cert, self.key))  # type: ignore[return-value]
+        except OSError as error:
+            raise TransportError(f"cannot read a TLS file: {error}") from error
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What both sides of a connection must agree on, and local limits.
+
+    ``secret``: the job's secret (``$MONARCH_JOB_SECRET``); ``max_message_size``:
+    the largest message accepted or sent (``$MONARCH_MAX_MESSAGE_SIZE``, 4 GiB
+    by default); ``handshake_timeout``: seconds a peer gets to authenticate;
+    ``queue_depth``: messages a listener buffers before its senders wait;
+    ``name``: how a sender introduces itself to the listener; ``tls``: the
+    certificates for ``tls+tcp://`` addresses (``$HYPERACTOR_TLS_*`` by default).
+    """
+
+    secret: bytes = field(default_factory=job_secret)
+    max_message_size: int = field(default_factory=_default_max_size)
+    handshake_timeout: float = 5.0
+    queue_depth: int = 1024
+    name: str = ""
+    tls: TlsFiles | None = field(default_factory=TlsFiles.from_env)
+
+    def tls_files(self, address: Address) -> TlsFiles:
+        """The TLS files for ``address``; a clear error when there are none."""
+        if self.tls is None:
+            raise TransportError(
+                f"{address} is a TLS address but no certificates are configured: set "
+                f"{', '.join(TLS_ENV)} (PEM file paths) or pass Settings(tls=TlsFiles(...))"
+            )
+        return self.tls

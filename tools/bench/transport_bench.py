@@ -138,9 +138,9 @@ def drive(send: Any, recv: Any, cfg: dict[str, int]) -> dict[str, float]:
 
 async def ours_server(backend: str, listen_at: str, reply_to: str) -> None:
     from monarch_transport import Address, Received, Settings
-    from monarch_transport._select import BACKENDS
+    from monarch_transport import backend_class
 
-    transport = BACKENDS[backend]()
+    transport = backend_class(backend)()
     settings = Settings(max_message_size=1 << 30)
     inbox = await transport.listen(Address.parse(listen_at), settings)
     print(f"ready {inbox.address}", flush=True)
@@ -153,9 +153,9 @@ async def ours_server(backend: str, listen_at: str, reply_to: str) -> None:
 
 async def ours_client(backend: str, family: str, cfg: dict[str, int]) -> dict[str, float]:
     from monarch_transport import Address, Settings
-    from monarch_transport._select import BACKENDS
+    from monarch_transport import backend_class
 
-    transport = BACKENDS[backend]()
+    transport = backend_class(backend)()
     settings = Settings(max_message_size=1 << 30)
     here, there = addresses(family, backend)
     inbox = await transport.listen(Address.parse(here), settings)

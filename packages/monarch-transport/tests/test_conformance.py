@@ -84,6 +84,44 @@ async def test_send_many_nowait_keeps_order(backend):
                 assert len(event.frames[1]) == len(messages[n][1])
 
 
+async def test_send_threadsafe_keeps_order_with_the_loops_sends(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        async with await transport.connect(inbox.address, settings()) as out:
+            messages = [[b"%d" % n, bytes([n % 251]) * (n * 7919 % 50_000)] for n in range(600)]
+
+            async def collect():
+                return [await next_event(inbox, 20.0) for _ in messages]
+
+            received = asyncio.get_running_loop().create_task(collect())
+
+            def burst(start):  # another thread writes until the connection pushes back
+                sent = 0
+                while start + sent < len(messages) and sent < 40:
+                    if not out.send_threadsafe(messages[start + sent]):
+                        break
+                    sent += 1
+                return sent
+
+            position = from_threads = 0
+            while position < len(messages):
+                sent = await asyncio.to_thread(burst, position)
+                from_threads += sent
+                position += sent
+                if position < len(messages):  # the loop's way, in between
+                    await out.send(messages[position])
+                    position += 1
+            events = await received
+            assert [[bytes(f) for f in e.frames] for e in events] == messages
+            # inproc has no thread-safe way, and a TLS stream's state lives in the loop
+            if transport.name == "inproc" or (
+                transport.name == "socket" and "tls" in str(inbox.address)
+            ):
+                assert from_threads == 0
+            else:
+                assert from_threads > 0
+
+
 async def until_departed(events):
     """Wait (on the loop) until a handler has collected a ``PeerLeft``."""
     deadline = asyncio.get_running_loop().time() + 10

@@ -35,6 +35,7 @@ from ._errors import (
 )
 from ._interface import Event, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import new_event_loop, run
+from ._registry import backend_class, register_backend
 from ._select import (
     connect,
     default_listen_address,
@@ -67,6 +68,7 @@ __all__ = [
     "TlsFiles",
     "Transport",
     "TransportError",
+    "backend_class",
     "connect",
     "decode",
     "decode_header",
@@ -78,6 +80,7 @@ __all__ = [
     "listen",
     "new_event_loop",
     "prefer_backend",
+    "register_backend",
     "run",
     "transport_for",
 ]

@@ -143,6 +143,16 @@ class Sender(_Closing):
         returns False. Raises what ``send`` raises."""
         return False
 
+    def send_threadsafe(self, frames: Sequence[Buffer]) -> bool:
+        """Write ``frames`` as one message from a thread other than the
+        loop's, if that needs no waiting and nothing this sender holds is
+        still to go out first; whether it did. Never raises: a broken
+        connection shows on the loop's next ``send``. The caller makes sure
+        no other method of this sender runs meanwhile (a router holds a lock
+        around its sends). The default, for backends that cannot write from
+        another thread, is False."""
+        return False
+
     def send_many_nowait(self, messages: Sequence[Sequence[Buffer]]) -> int:
         """Queue as many of ``messages`` as go without waiting, in order, and
         say how many did; backends that can write them all in one system

@@ -305,6 +305,18 @@ class NngSender(Sender):
             raise PeerDisconnected(f"connection to {self.address} is closed") from None
         return True
 
+    def send_threadsafe(self, frames: Sequence[Buffer]) -> bool:
+        # nng sockets may be used from any thread; order holds while no send
+        # of ours waits in a worker thread (``_busy``)
+        if self._reason is not None or self._busy:
+            return False
+        try:
+            data = join(Kind.DATA, frames, self._settings.max_message_size)
+            self._sock.send(data, block=False)
+        except (pynng.NNGException, MessageTooLarge):
+            return False
+        return True
+
     async def send(self, frames: Sequence[Buffer]) -> None:
         if self._reason is not None:
             raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")

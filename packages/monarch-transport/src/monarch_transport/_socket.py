@@ -316,6 +316,14 @@ class SocketSender(Sender):
         self._conn = conn
         self._lock = asyncio.Lock()
         self._gone = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        # where another thread may write: plain sockets only (TLS state lives in the loop)
+        transport = conn.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        tls = transport is not None and transport.get_extra_info("sslcontext") is not None
+        self._fd = sock.fileno() if sock is not None and not tls else -1
+        # the rest of a message another thread began to write, for the loop to finish
+        self._rest: collections.deque[memoryview] = collections.deque()
         conn.on_message = lambda kind, frames: conn.close(
             "protocol error: the listener sent data after the handshake"
         )
@@ -323,7 +331,46 @@ class SocketSender(Sender):
         if conn.reason is not None:
             self._gone.set()
 
+    def send_threadsafe(self, frames: Sequence[Buffer]) -> bool:
+        conn = self._conn
+        transport = conn.transport
+        if (
+            self._fd < 0
+            or conn.paused
+            or self._lock.locked()
+            or conn.reason
+            or transport is None
+            or self._rest
+            or transport.get_write_buffer_size()
+        ):
+            return False
+        try:
+            pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
+        except MessageTooLarge:
+            return False  # the loop's send says so
+        if len(pieces) != 1:
+            return False  # a large message goes out in chunks, by the loop
+        data = pieces[0]
+        try:
+            written = os.write(self._fd, data)
+        except OSError:  # EAGAIN: the kernel is full; anything else: the loop finds out
+            return False
+        if written < len(data):
+            self._rest.append(memoryview(data)[written:])
+            self._loop.call_soon_threadsafe(self._finish_rest)
+        return True
+
+    def _finish_rest(self) -> None:
+        """On the loop: hand what other threads left unwritten to the
+        transport, before anything else goes out."""
+        transport = self._conn.transport
+        while self._rest:
+            if transport is not None and self._conn.reason is None:
+                transport.write(self._rest[0])  # written (or buffered) before it leaves _rest
+            self._rest.popleft()
+
     def send_nowait(self, frames: Sequence[Buffer]) -> bool:
+        self._finish_rest()
         conn = self._conn
         transport = conn.transport
         if conn.paused or self._lock.locked() or conn.reason or transport is None:
@@ -335,6 +382,7 @@ class SocketSender(Sender):
         return True
 
     def send_many_nowait(self, messages: Sequence[Sequence[Buffer]]) -> int:
+        self._finish_rest()
         conn = self._conn
         transport = conn.transport
         if conn.paused or self._lock.locked() or conn.reason or transport is None:
@@ -350,6 +398,7 @@ class SocketSender(Sender):
         return len(chunks)
 
     async def send(self, frames: Sequence[Buffer]) -> None:
+        self._finish_rest()
         conn = self._conn
         pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
         transport = conn.transport
@@ -378,6 +427,7 @@ class SocketSender(Sender):
         return self._conn.reason or "closed"
 
     async def aclose(self) -> None:
+        self._finish_rest()
         conn = self._conn
         if conn.reason is None:
             conn.reason = "closed by this side"

@@ -252,7 +252,12 @@ class ActorHost:
         return self._after_message()
 
     async def _call_async(
-        self, header: dict[str, Any], ep: EndpointProperty[..., Any], ctx: Context, args: Any, kwargs: Any
+        self,
+        header: dict[str, Any],
+        ep: EndpointProperty[..., Any],
+        ctx: Context,
+        args: Any,
+        kwargs: Any,
     ) -> Any:
         async def run() -> None:
             token = set_current(ctx)
@@ -387,7 +392,9 @@ class ActorHost:
             f"actor {self.me!r} has status:\n  {why}"
         )
 
-    def _raised(self, header: dict[str, Any], ep: EndpointProperty[..., Any], error: Exception) -> None:
+    def _raised(
+        self, header: dict[str, Any], ep: EndpointProperty[..., Any], error: Exception
+    ) -> None:
         if ep.explicit_response_port:  # no reply path: the actor fails
             self._fail(f"{self.name}.{ep.name} raised:\n{remote_traceback(error)}", error)
             self._answer(

@@ -305,7 +305,7 @@ class ActorMesh(MeshOps, Generic[A]):
                 header[Key.REPLY_TO] = gather.open(addresses)
             runtime.cast(shape, addresses, header, frames)
 
-        runtime.call_soon(table.when_ready, go)
+        table.run_in_order(runtime, go)
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop these actors (their ``__cleanup__`` runs); their processes stay."""

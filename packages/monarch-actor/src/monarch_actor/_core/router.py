@@ -65,7 +65,13 @@ class Outbox:
     """The ordered way out to one address. Messages posted during one turn of
     the loop leave together at its end (one system call for a burst of
     broadcasts or replies); they queue here while the connection is made and
-    whenever the transport pushes back."""
+    whenever the transport pushes back.
+
+    A thread other than the loop's (a caller, an actor) writes a message
+    itself when the way is clear: connected, nothing queued, nothing on its
+    way through the loop. That saves two thread hand-offs per message; the
+    lock keeps its write and the loop's from interleaving, and the count of
+    messages in transit keeps every thread's messages in order."""
 
     def __init__(self, runtime: Runtime, address: str) -> None:
         self.runtime = runtime
@@ -75,12 +81,35 @@ class Outbox:
         self.draining = False
         self.flushing = False
         self.failure: str | None = None
+        self.lock = threading.Lock()
+        self.in_transit = 0  # handed to the loop by other threads, not yet queued
+
+    def from_thread(self, frames: Frames) -> None:
+        """Send from a thread other than the loop's: at once if the way is clear."""
+        with self.lock:
+            if (
+                self.sender is not None
+                and not self.queue
+                and not self.in_transit
+                and not self.draining
+                and self.failure is None
+            ):
+                if self.sender.send_threadsafe(frames):
+                    return
+            self.in_transit += 1
+        self.runtime.loop.call_soon_threadsafe(self._arrived, frames)
+
+    def _arrived(self, frames: Frames) -> None:
+        with self.lock:
+            self.in_transit -= 1
+        self.put(frames)
 
     def put(self, frames: Frames) -> None:
         if self.failure is not None:
             self.runtime.undeliverable(frames, self.address, self.failure)
             return
-        self.queue.append(frames)
+        with self.lock:
+            self.queue.append(frames)
         if not self.draining and not self.flushing:
             self.flushing = True
             self.runtime.loop.call_soon(self._flush)
@@ -90,13 +119,18 @@ class Outbox:
         if self.draining or not self.queue or self.failure is not None:
             return
         if self.sender is not None:
-            try:  # no task, no wait: the common case
-                sent = self.sender.send_many_nowait(self.queue)
-            except (TransportError, OSError) as error:
-                self.fail(f"cannot reach {self.address}: {error}")
+            with self.lock:
+                try:  # no task, no wait: the common case
+                    sent = self.sender.send_many_nowait(self.queue)
+                except (TransportError, OSError) as error:
+                    sent = -1
+                    problem = error
+                else:
+                    for _ in range(sent):
+                        self.queue.popleft()
+            if sent < 0:
+                self.fail(f"cannot reach {self.address}: {problem}")
                 return
-            for _ in range(sent):
-                self.queue.popleft()
             if not self.queue:
                 return
         self.draining = True
@@ -109,7 +143,8 @@ class Outbox:
                 self.runtime.loop.create_task(self._watch(self.sender))
             while self.queue:
                 await self.sender.send(self.queue[0])
-                self.queue.popleft()
+                with self.lock:
+                    self.queue.popleft()
         except (TransportError, OSError) as error:
             self.fail(f"cannot reach {self.address}: {error}")
         finally:
@@ -127,8 +162,9 @@ class Outbox:
 
     def fail(self, reason: str) -> None:
         if self.failure is None:
-            self.failure = reason
-            queued, self.queue = list(self.queue), collections.deque()
+            with self.lock:
+                self.failure = reason
+                queued, self.queue = list(self.queue), collections.deque()
             for frames in queued:
                 self.runtime.undeliverable(frames, self.address, reason)
             self.runtime.peer_lost(self.address, reason)
@@ -233,15 +269,26 @@ class Runtime:
         outbox.put(frames)
 
     def send(self, address: str, header: dict[str, Any], payload: object) -> None:
-        """Encode on the calling thread, send from the loop."""
-        frames = encode(payload, header)
-        self.call_soon(self.post, address, frames)
+        """Encode on the calling thread and send: from this thread when the
+        connection is idle, else through the loop (in order either way)."""
+        self.send_frames(address, encode(payload, header))
+
+    def send_frames(self, address: str, frames: Frames) -> None:
+        """Send an encoded message from any thread, in order."""
+        if self.on_loop():
+            self.post(address, frames)
+            return
+        outbox = self.outboxes.get(address)
+        if outbox is None or address == self.address:
+            self.loop.call_soon_threadsafe(self.post, address, frames)
+        else:
+            outbox.from_thread(frames)
 
     def cast(
         self, shape: Shape, addresses: list[str], header: dict[str, Any], frames: Frames
     ) -> None:
         """Send one message to every rank of ``shape`` down a multicast tree
-        (on the loop). ``addresses[i]`` is where position ``i`` lives; the
+        (from any thread). ``addresses[i]`` is where position ``i`` lives; the
         header says what to deliver. The sender is the tree's root: it sends
         to at most ``fanout`` subtrees, and each subtree's first rank
         delivers locally and forwards to its own children."""
@@ -256,7 +303,7 @@ class Runtime:
         sub = dict(header)
         sub[Key.BRANCH] = [branch.first, branch.stop]
         sub[Key.DESTS] = list(addresses)
-        self.post(addresses[0], [encode_header(sub), *frames[1:]])
+        self.send_frames(addresses[0], [encode_header(sub), *frames[1:]])
 
     def _forward(self, header: dict[str, Any], frames: Frames) -> None:
         first, stop = header[Key.BRANCH]

@@ -30,6 +30,10 @@ class ProcTable:
         if self.ready:
             self.ready_event.set()
         self.pending: list[Callable[[], None]] = []
+        # casts handed to the loop by other threads and not yet sent: while any
+        # is, later casts take the same way, so none overtakes another
+        self.deferred = 0
+        self.lock = threading.Lock()
         self.pids: dict[int, int] = {}  # rank -> pid, while the process lives
         self.hostname = ""  # where the processes run (set by the host that started them)
         self.exit_waiters: list[tuple[list[int], Callable[[], None]]] = []
@@ -48,11 +52,35 @@ class ProcTable:
             self.pending.append(fn)
 
     def mark_ready(self) -> None:  # on the loop
+        while self.pending:  # before other threads see `ready`: they go after these
+            pending, self.pending = self.pending, []
+            for fn in pending:
+                fn()
         self.ready = True
         self.ready_event.set()
-        pending, self.pending = self.pending, []
-        for fn in pending:
+
+    def run_in_order(self, runtime: Runtime, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (which sends) once the processes are known, after every
+        ``fn`` given before, from any thread: on this thread when it can."""
+        if runtime.on_loop():
+            self.when_ready(fn)
+            return
+        with self.lock:
+            direct = self.ready and not self.deferred
+            if not direct:
+                self.deferred += 1
+        if direct:
             fn()
+            return
+
+        def later() -> None:
+            try:
+                fn()
+            finally:
+                with self.lock:
+                    self.deferred -= 1
+
+        runtime.call_soon(self.when_ready, later)
 
     def when_exited(self, ranks: list[int], fn: Callable[[], None]) -> None:  # on the loop
         """Call ``fn`` once every process of ``ranks`` has exited."""

@@ -137,8 +137,7 @@ def drive(send: Any, recv: Any, cfg: dict[str, int]) -> dict[str, float]:
 
 
 async def ours_server(backend: str, listen_at: str, reply_to: str) -> None:
-    from monarch_transport import Address, Received, Settings
-    from monarch_transport import backend_class
+    from monarch_transport import Address, Received, Settings, backend_class
 
     transport = backend_class(backend)()
     settings = Settings(max_message_size=1 << 30)
@@ -152,8 +151,7 @@ async def ours_server(backend: str, listen_at: str, reply_to: str) -> None:
 
 
 async def ours_client(backend: str, family: str, cfg: dict[str, int]) -> dict[str, float]:
-    from monarch_transport import Address, Settings
-    from monarch_transport import backend_class
+    from monarch_transport import Address, Settings, backend_class
 
     transport = backend_class(backend)()
     settings = Settings(max_message_size=1 << 30)

@@ -93,9 +93,9 @@ class Outbox:
                 and not self.in_transit
                 and not self.draining
                 and self.failure is None
+                and self.sender.send_threadsafe(frames)
             ):
-                if self.sender.send_threadsafe(frames):
-                    return
+                return
             self.in_transit += 1
         self.runtime.loop.call_soon_threadsafe(self._arrived, frames)
 

@@ -8,6 +8,7 @@ lines from several ranks are shown once per aggregation window."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import threading
@@ -18,7 +19,13 @@ from .._core.process import get_runtime
 from .._core.router import Runtime
 from .._core.wire import Key, Kind
 
-__all__ = ["capture_output", "configure_streaming", "set_forwarding", "show_lines"]
+__all__ = [
+    "capture_output",
+    "configure_streaming",
+    "release_output",
+    "set_forwarding",
+    "show_lines",
+]
 
 _forward = threading.Event()
 
@@ -38,14 +45,33 @@ def capture_output(runtime: Runtime, owner: str, rank: int, name: str) -> None:
         original = os.dup(fd)
         os.dup2(write, fd)
         os.close(write)
-        threading.Thread(
+        pump = threading.Thread(
             target=_pump,
             args=(runtime, owner, rank, name, fd, read, original),
             daemon=True,
             name=f"monarch-output-{fd}",
-        ).start()
+        )
+        pump.start()
+        _captured.append((fd, original, pump))
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
+
+
+_captured: list[tuple[int, int, threading.Thread]] = []
+
+
+def release_output(timeout: float = 1.0) -> None:
+    """Give fd 1 and 2 back to what they were and let the pumps pass on
+    what they still hold: a proc about to exit calls this, so its last
+    words are not lost with its daemon threads."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    captured, _captured[:] = list(_captured), []
+    for fd, original, _pump_thread in captured:
+        os.dup2(original, fd)  # the pipe's last writer is gone: its pump reads to the end
+    for _fd, _original, pump_thread in captured:
+        pump_thread.join(timeout)
 
 
 def _pump(

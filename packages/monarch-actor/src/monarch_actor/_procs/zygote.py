@@ -27,6 +27,8 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
+from .logs import release_output
+
 PR_SET_PDEATHSIG = 1
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for procs left at exit
 
@@ -129,9 +131,11 @@ class Zygote:
             code = getattr(importlib.import_module(module), function)(blob)
         except BaseException:
             text = traceback.format_exc()
+            release_output()
             sys.stderr.write(text)
             leave_last_words(text)
         finally:
+            release_output()
             os._exit(code)
 
     def exit(self) -> None:

@@ -35,3 +35,16 @@ def no_unexpected_faults():
     finally:
         monarch_actor.unhandled_fault_hook = default
     assert not faults, "unhandled failures:\n" + "\n".join(f.report() for f in faults)
+
+
+@pytest.fixture
+def failures():
+    """The failures that reach the controller's hook during the test (none is
+    an error here: the test looks at them)."""
+    import monarch_actor
+
+    seen = []
+    before = monarch_actor.unhandled_fault_hook
+    monarch_actor.unhandled_fault_hook = seen.append
+    yield seen
+    monarch_actor.unhandled_fault_hook = before

@@ -30,15 +30,6 @@ def run_python(code: str, cwd: str | None = None, *args: str) -> subprocess.Comp
     )
 
 
-@pytest.fixture
-def failures():
-    seen = []
-    before = monarch_actor.unhandled_fault_hook
-    monarch_actor.unhandled_fault_hook = seen.append
-    yield seen
-    monarch_actor.unhandled_fault_hook = before
-
-
 def test_a_script_with_async_actors_ends_quietly():
     done = run_python(
         textwrap.dedent(

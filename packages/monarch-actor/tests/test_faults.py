@@ -13,20 +13,9 @@ from pathlib import Path
 import pytest
 from actors import AsyncSupervisor, AsyncVictim, BadInit, Supervisor, Victim
 
-import monarch_actor
 from monarch_actor import ActorError, SupervisionError, this_host
 
 DETECT = 2.0  # seconds: a dead process on this host fails pending calls within this
-
-
-@pytest.fixture
-def failures():
-    """The failures that reach the controller's hook during the test."""
-    seen = []
-    before = monarch_actor.unhandled_fault_hook
-    monarch_actor.unhandled_fault_hook = seen.append
-    yield seen
-    monarch_actor.unhandled_fault_hook = before
 
 
 def wait_for(predicate, seconds=10.0):

@@ -303,7 +303,9 @@ class ActorMesh(MeshOps, Generic[A]):
             addresses = [table.addresses[rank] or "" for rank in shape.ndslice]
             if gather is not None:
                 header[Key.REPLY_TO] = gather.open(addresses)
-            runtime.cast(shape, addresses, header, frames)
+            # a call waits for its answers: it leaves at once; a broadcast has no
+            # one waiting and goes with the loop's batch of writes
+            runtime.cast(shape, addresses, header, frames, batch=gather is None)
 
         table.run_in_order(runtime, go)
 

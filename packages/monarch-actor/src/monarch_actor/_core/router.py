@@ -84,11 +84,14 @@ class Outbox:
         self.lock = threading.Lock()
         self.in_transit = 0  # handed to the loop by other threads, not yet queued
 
-    def from_thread(self, frames: Frames) -> None:
-        """Send from a thread other than the loop's: at once if the way is clear."""
+    def from_thread(self, frames: Frames, batch: bool = False) -> None:
+        """Send from a thread other than the loop's: at once if the way is
+        clear, unless ``batch`` (then the loop sends it with whatever else
+        it sends there this turn: a burst of broadcasts costs few writes)."""
         with self.lock:
             if (
-                self.sender is not None
+                not batch
+                and self.sender is not None
                 and not self.queue
                 and not self.in_transit
                 and not self.draining
@@ -264,8 +267,8 @@ class Runtime:
             self.undeliverable(frames, "a process", "the process never started")
             return
         outbox = self.outboxes.get(address)
-        if outbox is None:
-            outbox = self.outboxes[address] = Outbox(self, address)
+        if outbox is None:  # setdefault: another thread may be making it too
+            outbox = self.outboxes.setdefault(address, Outbox(self, address))
         outbox.put(frames)
 
     def send(self, address: str, header: dict[str, Any], payload: object) -> None:
@@ -273,19 +276,26 @@ class Runtime:
         connection is idle, else through the loop (in order either way)."""
         self.send_frames(address, encode(payload, header))
 
-    def send_frames(self, address: str, frames: Frames) -> None:
-        """Send an encoded message from any thread, in order."""
+    def send_frames(self, address: str, frames: Frames, batch: bool = False) -> None:
+        """Send an encoded message from any thread, in order (``batch``: no
+        hurry, see ``Outbox.from_thread``)."""
         if self.on_loop():
             self.post(address, frames)
-            return
-        outbox = self.outboxes.get(address)
-        if outbox is None or address == self.address:
+        elif address == self.address or not address:
             self.loop.call_soon_threadsafe(self.post, address, frames)
         else:
-            outbox.from_thread(frames)
+            outbox = self.outboxes.get(address)
+            if outbox is None:  # made here, so this thread's next messages queue behind this one
+                outbox = self.outboxes.setdefault(address, Outbox(self, address))
+            outbox.from_thread(frames, batch)
 
     def cast(
-        self, shape: Shape, addresses: list[str], header: dict[str, Any], frames: Frames
+        self,
+        shape: Shape,
+        addresses: list[str],
+        header: dict[str, Any],
+        frames: Frames,
+        batch: bool = False,
     ) -> None:
         """Send one message to every rank of ``shape`` down a multicast tree
         (from any thread). ``addresses[i]`` is where position ``i`` lives; the
@@ -295,15 +305,20 @@ class Runtime:
         s = shape.ndslice
         header[Key.SHAPE] = [shape.labels, s.offset, s.sizes, s.strides]
         for branch in Branch(-1, len(addresses)).children(self.fanout):
-            self._send_branch(header, frames, branch, addresses[branch.first : branch.stop])
+            self._send_branch(header, frames, branch, addresses[branch.first : branch.stop], batch)
 
     def _send_branch(
-        self, header: dict[str, Any], frames: Frames, branch: Branch, addresses: Sequence[str]
+        self,
+        header: dict[str, Any],
+        frames: Frames,
+        branch: Branch,
+        addresses: Sequence[str],
+        batch: bool = False,
     ) -> None:
         sub = dict(header)
         sub[Key.BRANCH] = [branch.first, branch.stop]
         sub[Key.DESTS] = list(addresses)
-        self.send_frames(addresses[0], [encode_header(sub), *frames[1:]])
+        self.send_frames(addresses[0], [encode_header(sub), *frames[1:]], batch)
 
     def _forward(self, header: dict[str, Any], frames: Frames) -> None:
         first, stop = header[Key.BRANCH]

@@ -4,6 +4,7 @@ import asyncio
 import os
 import threading
 import time
+from typing import Any
 
 from monarch_actor import Actor, Port, context, current_rank, current_size, endpoint
 
@@ -296,3 +297,33 @@ class SlowCleanup(Actor):
 
     def __cleanup__(self, exc: BaseException | None) -> None:
         time.sleep(600)
+
+
+class Journal(Actor):
+    """Notes every message it gets, in arrival order."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    @endpoint
+    def note(self, n: int) -> int:
+        self.seen.append(n)
+        return n
+
+    @endpoint
+    def notes(self) -> list[int]:
+        return self.seen
+
+
+class Scribe(Actor):
+    """Sends a journal numbered messages from inside an actor, every way."""
+
+    @endpoint
+    def write(self, journal: Any, start: int, count: int) -> None:
+        for n in range(start, start + count):
+            if n % 3 == 0:
+                journal.note.broadcast(n)
+            elif n % 3 == 1:
+                journal.note.call_one(n)  # not awaited: only its order matters
+            else:
+                journal.note.call(n).get()

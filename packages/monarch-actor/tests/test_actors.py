@@ -337,3 +337,26 @@ def test_returns_future_starts_the_body_only_when_waited_for():
         gives_up().get(timeout=5)
     with pytest.raises(TypeError, match="async def"):
         returns_future(lambda: None)
+
+
+def test_messages_from_one_sender_arrive_in_send_order_whichever_way_they_leave(procs):
+    """Broadcasts leave with the loop's batch, calls from the caller's own
+    thread: one sender's messages still arrive in the order it sent them."""
+    from actors import Journal, Scribe
+
+    journal = procs.spawn("journal", Journal).slice(gpus=1)
+    pending = []
+    for n in range(600):
+        if n % 3 == 0:
+            journal.note.broadcast(n)
+        elif n % 3 == 1:
+            pending.append(journal.note.call_one(n))
+        else:
+            journal.note.call(n)
+    assert journal.notes.call_one().get(timeout=30) == list(range(600))
+    assert [p.get(timeout=30) for p in pending] == list(range(1, 600, 3))
+
+    other = procs.spawn("other", Journal).slice(gpus=2)
+    scribe = procs.spawn("scribe", Scribe).slice(gpus=0)  # an actor's thread sends too
+    scribe.write.call_one(other, 0, 300).get(timeout=60)
+    assert other.notes.call_one().get(timeout=30) == list(range(300))

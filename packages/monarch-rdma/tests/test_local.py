@@ -199,7 +199,7 @@ def test_server_refuses_peers_without_the_secret():
     from monarch_rdma import _wire
 
     _, buffer = make(8)
-    host, port = buffer._handle.owner.tcp
+    host, port = buffer._handle.owner.server
     with socket.create_connection((host, port), timeout=5) as sock:
         sock.sendall(_wire.MAGIC + b"\0" * 16)
         sock.recv(48)

@@ -18,11 +18,11 @@ from monarch_rdma import (
     RDMAOwnerGone,
     RDMATcpFallbackWarning,
     RDMATimeoutError,
-    _backend,
     _cma,
     _config,
     _ibverbs,
-    _registry,
+    _owner,
+    _select,
     _tcp,
 )
 
@@ -82,9 +82,9 @@ def test_tcp_fallback_warning_only_across_hosts(settings):
     local = monarch_rdma._memory.as_local_memory(memoryview(bytearray(16)))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        _backend.choose(buffer._handle, local)
+        _select.choose(buffer._handle, local)
         assert not seen
-        _backend.choose(far._handle, local)
+        _select.choose(far._handle, local)
     assert [w.category for w in seen] == [RDMATcpFallbackWarning]
     assert "No ibverbs RDMA hardware detected" in str(seen[0].message)
 
@@ -159,7 +159,7 @@ def test_unreachable_owner(settings):
     with socket.socket() as spare:  # a port nobody listens on
         spare.bind(("127.0.0.1", 0))
         port = spare.getsockname()[1]
-    owner = dataclasses.replace(buffer._handle.owner, tcp=("127.0.0.1", port))
+    owner = dataclasses.replace(buffer._handle.owner, server=("127.0.0.1", port))
     gone = RDMABuffer._from_handle(dataclasses.replace(buffer._handle, owner=owner))
     settings(backend="tcp")
     with pytest.raises(RDMAOwnerGone, match="cannot be reached"):
@@ -201,7 +201,7 @@ def fake_nic(settings, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.syspath_prepend(FAKE)
     _ibverbs.reset()
-    monkeypatch.setattr(_registry, "_registry", _registry.Registry())
+    monkeypatch.setattr(_owner, "_current", _owner.Owner())
     import pyverbs
 
     yield pyverbs
@@ -214,7 +214,7 @@ def test_ibverbs_end_to_end_on_the_stand_in(fake_nic, settings):
     assert monarch_rdma.is_ibverbs_available() and monarch_rdma.get_rdma_backend() == "ibverbs"
     data = bytearray(os.urandom(3 << 20))
     buffer = RDMABuffer(memoryview(data))
-    assert buffer._handle.owner.ibverbs
+    assert buffer._handle.owner.feature("ibverbs")
     assert elsewhere(buffer).backend == "ibverbs"  # another host with a NIC: ibverbs
     settings(backend="ibverbs", max_chunk_size_mb=1)  # 1 MiB work requests: several per transfer
     out = bytearray(len(data))
@@ -244,9 +244,7 @@ def test_ibverbs_dropped_buffer_and_dead_owner(fake_nic, settings):
     buffer = RDMABuffer(memoryview(data))
     buffer.read_into(memoryview(bytearray(4096))).get(timeout=10)  # connect, cache the rkey
     stale = RDMABuffer._from_handle(buffer._handle)
-    from monarch_rdma._registry import registry
-
-    registry().drop(buffer._handle.buffer_id, buffer._handle.token)
+    _owner.regions().drop(buffer._handle.buffer_id, buffer._handle.token)
     with pytest.raises(RDMABufferDropped, match="refused access"):
         stale.read_into(memoryview(bytearray(4096))).get(timeout=10)
     assert all(c.broken for c in _ibverbs._connections.values())  # QP in ERR: replaced next time
@@ -287,3 +285,24 @@ def test_real_pyverbs_api_if_installed():
         assert hasattr(v.e, name)
     if not _ibverbs.available():
         assert _ibverbs.why_unavailable()
+
+
+def test_ibverbs_asks_the_owner_once_per_buffer(fake_nic, settings, monkeypatch):
+    """The queue-pair exchange and the memory key are one request, the first
+    time; later transfers are work requests only."""
+    from monarch_rdma import _control
+
+    settings(backend="ibverbs")
+    requests = []
+    request = _control.request
+    monkeypatch.setattr(
+        _control, "request", lambda *a, **k: requests.append(a[1]) or request(*a, **k)
+    )
+    buffer = RDMABuffer(memoryview(bytearray(4096)))
+    for _ in range(3):
+        buffer.read_into(memoryview(bytearray(4096))).get(timeout=10)
+    assert requests == [_ibverbs.IBV_CONNECT]
+    other = RDMABuffer(memoryview(bytearray(64)))
+    for _ in range(2):
+        other.write_from(memoryview(bytearray(64))).get(timeout=10)
+    assert requests == [_ibverbs.IBV_CONNECT] * 2  # its key, once

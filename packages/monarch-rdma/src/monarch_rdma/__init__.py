@@ -17,6 +17,9 @@ b'hello, rdma'
 >>> buffer.drop().get()
 """
 
+# The built-in backends: each module registers itself with ``_backends`` on
+# import, and nothing else in the package names them.
+from . import _cma, _cuda_ipc, _ibverbs, _tcp  # noqa: F401  (imported to register)
 from ._backend import RdmaBackend
 from ._buffer import (
     RDMAAction,

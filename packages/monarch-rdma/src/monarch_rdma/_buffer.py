@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import ctypes
 import operator
-import os
 import threading
 import time
 import warnings
@@ -12,12 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from monarch_actor import Future
+from monarch_actor.extension import future_from, resolved
 
-from . import _cma, _ibverbs
-from ._backend import choose, run_transfer
+from . import _backends, _control, _owner
 from ._config import get_config
+from ._cuda_memory import check_allocator
+from ._handle import Handle
 from ._memory import LocalMemory, as_local_memory
-from ._registry import Handle, local_owner, registry
+from ._parallel import workers
+from ._select import choose, run_transfer
+from ._wire import Op
 
 __all__ = [
     "RDMAAction",
@@ -28,12 +33,20 @@ __all__ = [
 ]
 
 U64 = (1 << 64) - 1
-INLINE_BYTES = 4 << 20  # a same-host copy this small runs in the caller: no thread hop
+LOOP_INLINE_BYTES = 4 << 20  # the largest copy run in an event loop's own thread (about 1 ms)
+IBVERBS = "ibverbs"  # Monarch names this backend in its API (get_rdma_backend)
+
+
+def _usable(name: str) -> bool:
+    registration = _backends.by_name(name)
+    if registration is None:
+        return False
+    return registration.disabled(get_config()) is None and registration.backend.available()
 
 
 def is_ibverbs_available() -> bool:
     """Whether ibverbs RDMA hardware is usable in this process."""
-    return _ibverbs.available()
+    return _usable(IBVERBS)
 
 
 def is_rdma_available() -> bool:
@@ -52,10 +65,9 @@ def get_rdma_backend() -> str:
     """``"ibverbs"`` with RDMA hardware; ``"tcp"`` when the fallbacks (same-host
     ``cma`` and ``tcp``) are what this process uses; ``"none"`` when nothing is
     allowed. ``RDMABuffer.backend`` tells the exact backend of one buffer."""
-    if _ibverbs.available():
-        return "ibverbs"
-    config = get_config()
-    if config.allow_tcp_fallback or (_cma.supported() and not config.disable_cma):
+    if is_ibverbs_available():
+        return IBVERBS
+    if any(_usable(name) for name in _backends.names() if name != IBVERBS):
         return "tcp"
     return "none"
 
@@ -72,31 +84,6 @@ def _offset(offset: Any) -> int:
     if value < 0:
         raise ValueError(f"offset must be >= 0, got {value}")
     return int(value)
-
-
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        with _executor_lock:
-            if _executor is None:
-                _executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=max(8, 2 * (os.cpu_count() or 1)),
-                    thread_name_prefix="monarch-rdma",
-                )
-    return _executor
-
-
-def _after_fork() -> None:
-    global _executor
-    _executor = None
-
-
-os.register_at_fork(after_in_child=_after_fork)
-_cuda_checked = False
 
 
 class RDMABuffer:
@@ -119,12 +106,7 @@ class RDMABuffer:
         if memory.nbytes == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
         if memory.is_cuda:
-            global _cuda_checked
-            if not _cuda_checked:
-                _cuda_checked = True
-                from ._cuda import check_allocator
-
-                check_allocator(memory)
+            check_allocator()
         if get_rdma_backend() == "none":
             raise RuntimeError(
                 "Tried to create an RDMABuffer, but RDMA is not available on this platform. "
@@ -132,7 +114,7 @@ class RDMABuffer:
                 "monarch.configure(rdma_allow_tcp_fallback=True) (here: "
                 "monarch_rdma.configure(allow_tcp_fallback=True)) before creating buffers."
             )
-        self._handle: Handle = registry().register(memory)
+        self._handle: Handle = _owner.register(memory)
 
     @classmethod
     def _from_handle(cls, handle: Handle) -> RDMABuffer:
@@ -180,17 +162,14 @@ class RDMABuffer:
         """Release the registration (from the owner or from any holder). Later
         transfers fail with ``RDMABufferDropped``; dropping twice is harmless."""
         handle = self._handle
-        if local_owner() == handle.owner:  # this process owns it
-            registry().drop(handle.buffer_id, handle.token)
-            return Future._done(None)
+        if _owner.local_owner() == handle.owner:  # this process owns it
+            _owner.regions().drop(handle.buffer_id, handle.token)
+            return resolved(None)
 
         def drop_remote() -> None:
-            from ._tcp import request
-            from ._wire import Op
+            _control.request(handle, Op.DROP, time.monotonic() + 60)
 
-            request(handle, Op.DROP, time.monotonic() + 60)
-
-        return Future._of(_pool().submit(drop_remote))
+        return future_from(workers().submit(drop_remote))
 
     def __repr__(self) -> str:
         h = self._handle
@@ -304,23 +283,18 @@ class RDMAAction:
         deadline = time.monotonic() + min(seconds, 10**9)
         ops = list(self._ops)
         if not ops:
-            return Future._done(None)
+            return resolved(None)
         if len(ops) == 1 and ops[0].atomic is None:
             op = ops[0]
-            backend = None
             try:
                 backend = choose(op.handle, op.local)
-            except Exception as error:
-                return _failed(error)
-            if backend.name == "cma" and op.nbytes <= INLINE_BYTES:
-                try:
+                if _copies_here(backend.name, op.nbytes):
                     run_transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write,
                                  deadline, backend)  # fmt: skip
-                except Exception as error:
-                    return _failed(error)
-                return Future._done(None)
-        pool = _pool()
-        futures = [pool.submit(_execute, op, deadline) for op in ops]
+                    return resolved(None)
+            except Exception as error:
+                return _failed(error)
+        futures = [workers().submit(_execute, op, deadline) for op in ops]
         result: concurrent.futures.Future[None] = concurrent.futures.Future()
         remaining = [len(futures)]
         lock = threading.Lock()
@@ -339,24 +313,38 @@ class RDMAAction:
 
         for future in futures:
             future.add_done_callback(one_done)
-        return Future._of(result)
+        return future_from(result)
+
+
+def _copies_here(backend: str, nbytes: int) -> bool:
+    """Whether a single transfer runs in the calling thread: only for a
+    backend that copies memory (``Registration.copies_in_caller``), and in a
+    thread that runs an event loop only when short, so the loop never stalls."""
+    registration = _backends.by_name(backend)
+    if registration is None or not registration.copies_in_caller:
+        return False
+    return nbytes <= LOOP_INLINE_BYTES or not _in_event_loop()
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _failed(error: BaseException) -> Future[None]:
     cf: concurrent.futures.Future[None] = concurrent.futures.Future()
     cf.set_exception(error)
-    return Future._of(cf)
+    return future_from(cf)
 
 
 def _execute(op: _Op, deadline: float) -> None:
-    if op.atomic is not None:
-        import ctypes
-
-        from ._tcp import request
-        from ._wire import Op
-
+    if op.atomic is not None:  # executed by the owner's server: atomic against all others
         code = Op.FETCH_ADD if "add" in op.atomic else Op.COMPARE_SWAP
-        value, _ = request(op.handle, code, deadline, dict(op.atomic), offset=op.remote_offset)
+        args = dict(op.atomic)
+        value, _ = _control.request(op.handle, code, deadline, args, offset=op.remote_offset)
         ctypes.c_uint64.from_address(op.local.addr).value = value
         return
     run_transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write, deadline)

@@ -10,24 +10,37 @@ variable                               default     meaning
 ``MONARCH_RDMA_DISABLE_CMA``           ``0``       never use ``process_vm_readv``
 ``MONARCH_RDMA_MAX_CHUNK_SIZE_MB``     ``64``      largest piece one request/WR moves
 ``MONARCH_RDMA_TCP_STREAMS``           ``2``       parallel connections for a large tcp transfer
+``MONARCH_RDMA_CMA_THREADS``           (cores)     threads one large same-host copy uses
+``MONARCH_RDMA_HUGE_PAGES``            ``1``       back large registered host memory with huge pages
 ``MONARCH_RDMA_TCP_HOST``              (see doc)   address the data-plane server binds to
 ``MONARCH_RDMA_IBVERBS_DEVICE``        first       ibverbs device name (``mlx5_0`` ...)
 ``MONARCH_RDMA_IBVERBS_PORT``          ``1``       port number on that device
 ``MONARCH_RDMA_IBVERBS_GID_INDEX``     auto        GID table index (RoCE)
 =====================================  ==========  =========================================
+
+Backend names are checked against the registry of backends (``_backends``),
+so a backend this package does not know is refused where it is configured.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 from typing import Any
 
-__all__ = ["BACKENDS", "RdmaConfig", "configure", "get_config"]
+from . import _backends
 
-BACKENDS = ("ibverbs", "cma", "tcp", "cuda_ipc")
+__all__ = ["RdmaConfig", "configure", "get_config"]
+
+MAX_AUTO_CMA_THREADS = 8
 _FALSE = {"0", "false", "no", "off", ""}
+
+
+@functools.cache
+def _cores() -> int:
+    return os.cpu_count() or 1  # several microseconds a call: asked once
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -58,6 +71,8 @@ class RdmaConfig:
     disable_cma: bool = False
     max_chunk_size_mb: int = 64
     tcp_streams: int = 2
+    cma_threads: int | None = None  # None: one per core, at most MAX_AUTO_CMA_THREADS
+    huge_pages: bool = True
     tcp_host: str | None = None
     ibverbs_device: str | None = None
     ibverbs_port: int = 1
@@ -66,6 +81,13 @@ class RdmaConfig:
     @property
     def chunk_bytes(self) -> int:
         return self.max_chunk_size_mb << 20
+
+    @property
+    def copy_threads(self) -> int:
+        """How many threads one large same-host copy is split across."""
+        if self.cma_threads is not None:
+            return self.cma_threads
+        return max(1, min(MAX_AUTO_CMA_THREADS, _cores()))
 
     @classmethod
     def from_env(cls) -> RdmaConfig:
@@ -78,6 +100,8 @@ class RdmaConfig:
                 disable_cma=_flag("MONARCH_RDMA_DISABLE_CMA", False),
                 max_chunk_size_mb=_int("MONARCH_RDMA_MAX_CHUNK_SIZE_MB", 64, 1),
                 tcp_streams=_int("MONARCH_RDMA_TCP_STREAMS", 2, 1),
+                cma_threads=_int("MONARCH_RDMA_CMA_THREADS", 0, 1) or None,
+                huge_pages=_flag("MONARCH_RDMA_HUGE_PAGES", True),
                 tcp_host=os.environ.get("MONARCH_RDMA_TCP_HOST") or None,
                 ibverbs_device=os.environ.get("MONARCH_RDMA_IBVERBS_DEVICE") or None,
                 ibverbs_port=_int("MONARCH_RDMA_IBVERBS_PORT", 1, 1),
@@ -87,12 +111,15 @@ class RdmaConfig:
 
 
 def _checked(config: RdmaConfig) -> RdmaConfig:
-    if config.backend != "auto" and config.backend not in BACKENDS:
+    known = _backends.names()
+    if config.backend != "auto" and config.backend not in known:
         raise ValueError(
-            f"unknown RDMA backend {config.backend!r}: use 'auto' or one of {', '.join(BACKENDS)}"
+            f"unknown RDMA backend {config.backend!r}: use 'auto' or one of {', '.join(known)}"
         )
     if config.max_chunk_size_mb < 1 or config.tcp_streams < 1 or config.ibverbs_port < 1:
         raise ValueError("max_chunk_size_mb, tcp_streams and ibverbs_port must be >= 1")
+    if config.cma_threads is not None and config.cma_threads < 1:
+        raise ValueError("cma_threads must be >= 1 (or None: one per core)")
     return config
 
 

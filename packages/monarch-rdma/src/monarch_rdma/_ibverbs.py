@@ -18,6 +18,9 @@
   QP to the error state and waits for the flush of everything still posted
   before the future fails, so the NIC never writes into memory the caller got
   back; the broken QP is replaced on the next transfer.
+
+Owner side: the data-plane operation ``IBV_CONNECT``; the owner advertises
+``ibverbs`` in its owner info when it has a usable device.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import importlib
 import ipaddress
 import secrets
+import socket
 import threading
 import time
 import weakref
@@ -32,7 +36,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from ._config import get_config
+from . import _backends, _control
+from ._backend import OwnerRequest
+from ._config import RdmaConfig, get_config
 from ._errors import (
     RDMABackendUnavailable,
     RDMABufferDropped,
@@ -40,11 +46,14 @@ from ._errors import (
     RDMATimeoutError,
     RDMATransferError,
 )
+from ._handle import Handle
 from ._memory import LocalMemory
-from ._registry import Handle, Region
+from ._regions import Region
+from ._wire import answer_json
 
-__all__ = ["IbverbsBackend", "available", "owner_connect", "reset"]
+__all__ = ["IBV_CONNECT", "IbverbsBackend", "available", "owner_connect", "reset"]
 
+IBV_CONNECT = 7  # data-plane operation: args the reader's QP; answer the owner's QP and MR keys
 MAX_OUTSTANDING = 16
 CQ_DEPTH = 64
 MAX_RD_ATOMIC = 16
@@ -273,7 +282,7 @@ def device() -> Device:
         return _device
 
 
-# -- the owner's side (called by the data-plane server) ---------------------------------
+# -- the owner's side (served by the data-plane server) ---------------------------------
 
 
 def owner_connect(region: Region, args: dict[str, Any]) -> dict[str, Any]:
@@ -297,6 +306,10 @@ def owner_connect(region: Region, args: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+def _serve_connect(conn: socket.socket, request: OwnerRequest) -> None:
+    answer_json(conn, owner_connect(request.registered(), request.args))
+
+
 # -- the reader's side --------------------------------------------------------------------
 
 
@@ -314,9 +327,6 @@ _connections_lock = threading.Lock()
 
 
 def _connection(handle: Handle, deadline: float) -> tuple[Connection, int, int]:
-    from . import _tcp
-    from ._wire import Op
-
     dev = device()
     owner = handle.owner
     key = (owner.host_key, owner.pid, owner.start_time)
@@ -328,7 +338,7 @@ def _connection(handle: Handle, deadline: float) -> tuple[Connection, int, int]:
     if conn is None:
         qp, cq = dev.new_qp()
         psn = secrets.randbits(24)
-        _, answer = _tcp.request(handle, Op.IBV_CONNECT, deadline, {"qp": dev.address(qp, psn)})
+        _, answer = _control.request(handle, IBV_CONNECT, deadline, {"qp": dev.address(qp, psn)})
         dev.connect_qp(qp, psn, answer["qp"])
         conn = Connection(qp, cq)
         conn.keys[(handle.buffer_id, handle.token)] = (int(answer["rkey"]), int(answer["addr"]))
@@ -336,7 +346,7 @@ def _connection(handle: Handle, deadline: float) -> tuple[Connection, int, int]:
             _connections[key] = conn
     keys = conn.keys.get((handle.buffer_id, handle.token))
     if keys is None:
-        _, answer = _tcp.request(handle, Op.IBV_CONNECT, deadline, {})
+        _, answer = _control.request(handle, IBV_CONNECT, deadline, {})
         keys = conn.keys[(handle.buffer_id, handle.token)] = (
             int(answer["rkey"]),
             int(answer["addr"]),
@@ -385,6 +395,8 @@ def _abort(v: SimpleNamespace, conn: Connection, outstanding: int) -> None:
 
 
 class IbverbsBackend:
+    """One-sided RDMA READ/WRITE on an RC queue pair per owner process."""
+
     name = "ibverbs"
 
     def available(self) -> bool:
@@ -393,7 +405,7 @@ class IbverbsBackend:
     def unsupported(self, handle: Handle, local: LocalMemory) -> str | None:
         if not available():
             return f"ibverbs is not available here: {why_unavailable()}"
-        if not handle.owner.ibverbs:
+        if not handle.owner.feature("ibverbs"):
             return "the owner has no usable ibverbs device"
         return None
 
@@ -460,3 +472,18 @@ class IbverbsBackend:
                         "timed out"
                     )
                 time.sleep(0)
+
+
+def _disabled(config: RdmaConfig) -> str | None:
+    return "ibverbs is disabled (disable_ibverbs=True)" if config.disable_ibverbs else None
+
+
+_backends.register(
+    _backends.Registration(
+        IbverbsBackend(),
+        rank=30,
+        owner_ops={IBV_CONNECT: _serve_connect},
+        advertise=lambda: {"ibverbs": available()},
+        disabled=_disabled,
+    )
+)

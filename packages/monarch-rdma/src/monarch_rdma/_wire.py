@@ -14,15 +14,21 @@ Then requests, answered in order. Every request is one fixed header
 write, ``length`` bytes of data. Every answer is one fixed header
 (``ANSWER``); status 0 is followed by the data of a read or ``msg_len``
 bytes of JSON, any other status by ``msg_len`` bytes of error text.
+
+The operations the server itself serves are in :class:`Op`; each backend
+adds its own (a code of its own, registered with the backend).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import json
 import os
 import socket
 import struct
+from typing import Any
 
 from monarch_transport import job_secret
 
@@ -31,11 +37,16 @@ __all__ = [
     "MAGIC",
     "REQUEST",
     "Op",
+    "RequestError",
     "Status",
+    "answer",
+    "answer_json",
     "client_handshake",
+    "dropped_message",
     "recv_exact",
     "recv_into_exact",
     "server_handshake",
+    "tune",
 ]
 
 MAGIC = b"MRDMA\x00\x01\x00"
@@ -46,15 +57,17 @@ ANSWER = struct.Struct("<BxxxIQ")  # status, msg_len, value
 MAX_ARGS = 1 << 20
 
 
+SOCKET_BUFFER = 4 << 20
+
+
 class Op:
-    READ = 1
-    WRITE = 2
+    """The operations every owner's server serves, whatever the backends.
+    Backends own the other codes (tcp: 1, 2; ibverbs: 7; cuda_ipc: 8)."""
+
     DROP = 3
     PING = 4
     FETCH_ADD = 5  # args: {"add": int}
     COMPARE_SWAP = 6  # args: {"compare": int, "swap": int}
-    IBV_CONNECT = 7  # args: the reader's queue pair; answer: the owner's and the MR keys
-    CUDA_IPC = 8  # answer: the CUDA IPC handle of the buffer's storage
 
 
 class Status:
@@ -64,6 +77,42 @@ class Status:
     BAD_REQUEST = 3
     FAILED = 4
     READONLY = 5
+
+
+class RequestError(Exception):
+    """A request the owner refuses: answered with ``status`` and the message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def dropped_message(buffer_id: int) -> str:
+    return (
+        f"buffer {buffer_id} is not registered at its owner: it was dropped (RDMABuffer.drop()) "
+        "or its owner restarted"
+    )
+
+
+def tune(sock: socket.socket) -> None:
+    """Socket options of every data-plane connection, both sides."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+
+
+def answer(sock: socket.socket, status: int, message: str = "", value: int = 0) -> None:
+    """Send one answer: a status, an integer value and an optional text."""
+    text = message.encode()
+    sock.sendall(ANSWER.pack(status, len(text), value) + text)
+
+
+def answer_json(sock: socket.socket, payload: dict[str, Any]) -> None:
+    """Send a successful answer that carries JSON."""
+    text = json.dumps(payload).encode()
+    sock.sendall(ANSWER.pack(Status.OK, len(text), 0) + text)
 
 
 def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:

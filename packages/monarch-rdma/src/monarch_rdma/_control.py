@@ -1,0 +1,154 @@
+"""The control client: authenticated connections to an owner's data-plane
+server, and one-request exchanges over them.
+
+Every backend that needs the owner's help goes through here: ``drop()`` from
+a holder, the atomics, the ibverbs queue-pair exchange, the CUDA IPC handle.
+The tcp backend streams its data over the same pooled connections
+(:func:`connection`). Socket failures become the ``RDMAError`` a user can
+act on: a timeout, an owner that is gone, a dropped buffer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ._errors import RDMABufferDropped, RDMAOwnerGone, RDMATimeoutError, RDMATransferError
+from ._handle import Handle
+from ._wire import ANSWER, REQUEST, Status, client_handshake, recv_exact, tune
+
+__all__ = ["connection", "read_answer", "request", "set_deadline"]
+
+CONNECT_TIMEOUT = 10.0
+
+
+class _Pool:
+    """Idle authenticated connections, per server address."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: dict[tuple[str, int], collections.deque[socket.socket]] = {}
+
+    def acquire(self, address: tuple[str, int], deadline: float) -> socket.socket:
+        with self.lock:
+            idle = self.idle.get(address)
+            if idle:
+                return idle.pop()
+        timeout = max(0.001, min(CONNECT_TIMEOUT, deadline - time.monotonic()))
+        sock = socket.create_connection(address, timeout=timeout)
+        try:
+            tune(sock)
+            client_handshake(sock)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def release(self, address: tuple[str, int], sock: socket.socket) -> None:
+        with self.lock:
+            self.idle.setdefault(address, collections.deque()).append(sock)
+
+    def clear(self) -> None:
+        with self.lock:
+            for idle in self.idle.values():
+                for sock in idle:
+                    sock.close()
+            self.idle.clear()
+
+
+_pool = _Pool()
+
+
+def _wrap(handle: Handle, error: BaseException, deadline: float) -> BaseException:
+    """A socket failure as the error a user can act on."""
+    owner = handle.owner
+    where = f"pid {owner.pid} on {owner.hostname} ({owner.server[0]}:{owner.server[1]})"
+    if isinstance(error, TimeoutError | socket.timeout) or time.monotonic() >= deadline:
+        return RDMATimeoutError(
+            f"RDMA transfer with buffer {handle.buffer_id} timed out (owner {where}); "
+            "pass a larger timeout= if the transfer is just slow"
+        )
+    if isinstance(error, PermissionError):
+        return RDMATransferError(str(error))
+    return RDMAOwnerGone(
+        f"the owner of RDMA buffer {handle.buffer_id} ({where}) cannot be reached: {error}. "
+        "Its process has probably exited; the buffer is gone with it."
+    )
+
+
+def set_deadline(sock: socket.socket, deadline: float) -> None:
+    """Let the next socket operation block until ``deadline`` at most."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("deadline passed")
+    sock.settimeout(left)
+
+
+@contextlib.contextmanager
+def connection(handle: Handle, deadline: float) -> Iterator[socket.socket]:
+    """A pooled connection to ``handle``'s owner, returned to the pool when
+    the block completes; closed (and the failure mapped to an ``RDMAError``)
+    when it does not, since the stream may be mid-message."""
+    address = handle.owner.server
+    try:
+        sock = _pool.acquire(address, deadline)
+    except OSError as error:
+        raise _wrap(handle, error, deadline) from error
+    try:
+        set_deadline(sock, deadline)
+        yield sock
+    except RDMATransferError:
+        sock.close()
+        raise
+    except OSError as error:
+        sock.close()
+        raise _wrap(handle, error, deadline) from error
+    except BaseException:
+        sock.close()
+        raise
+    _pool.release(address, sock)
+
+
+def read_answer(sock: socket.socket, handle: Handle, deadline: float) -> tuple[int, bytes]:
+    """One answer: (value, message); an error status raises its ``RDMAError``."""
+    set_deadline(sock, deadline)
+    status, msg_len, value = ANSWER.unpack(recv_exact(sock, ANSWER.size))
+    message = recv_exact(sock, msg_len) if msg_len else b""
+    if status != Status.OK:
+        text = message.decode(errors="replace")
+        raise RDMABufferDropped(text) if status == Status.DROPPED else RDMATransferError(text)
+    return value, message
+
+
+def request(
+    handle: Handle,
+    op: int,
+    deadline: float,
+    args: dict[str, Any] | None = None,
+    offset: int = 0,
+    length: int = 0,
+) -> tuple[int, dict[str, Any]]:
+    """One small request to the owner's server: returns (value, JSON answer)."""
+    arg_bytes = json.dumps(args).encode() if args else b""
+    header = REQUEST.pack(op, len(arg_bytes), handle.buffer_id, handle.token, offset, length)
+    with connection(handle, deadline) as sock:
+        sock.sendall(header + arg_bytes)
+        value, message = read_answer(sock, handle, deadline)
+    return value, (json.loads(message) if message else {})
+
+
+def _after_fork() -> None:
+    global _pool
+    _pool = _Pool()  # the parent's connections belong to the parent
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(lambda: _pool.clear())

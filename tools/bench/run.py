@@ -301,8 +301,9 @@ RDMA_ROWS = (
 
 def rdma(args: argparse.Namespace) -> str:
     """RDMA buffers between two processes of this host: ours (same-host
-    backend and tcp forced) against Monarch's RDMABuffer (its TCP fallback)
-    and this machine's memcpy, all in one run."""
+    backend and tcp forced) against Monarch's RDMABuffer (its TCP fallback),
+    this machine's memcpy and an in-process torch ``copy_`` of the same
+    size, all in one run."""
     bench = str(BENCH / "rdma_bench.py")
     ours = run_json(sys.executable, [bench, "--impl", "ours"], 540) or {}
     theirs = run_json(monarch_python(args.monarch_python), [bench, "--impl", "monarch"], 540)
@@ -317,6 +318,7 @@ def rdma(args: argparse.Namespace) -> str:
         "same host / Monarch",
         "tcp / Monarch",
         "same host / memcpy",
+        "same host / copy_",
     )
     table = Table(title="RDMABuffer between two processes of this host (GB/s, median)")
     for column in header:
@@ -329,8 +331,10 @@ def rdma(args: argparse.Namespace) -> str:
     def ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
         return f"{a[key] / b[key]:.1f}×" if key in a and key in b else "—"
 
+    def share(key: str, ceiling: float | None) -> str:
+        return f"{same[key] / ceiling:.0%}" if key in same and ceiling else "—"
+
     for key, name in RDMA_ROWS:
-        share = f"{same[key] / memcpy:.0%}" if key in same and memcpy else "—"
         cells = (
             name,
             gbs(same, key),
@@ -338,17 +342,25 @@ def rdma(args: argparse.Namespace) -> str:
             gbs(monarch, key),
             ratio(same, monarch, key),
             ratio(tcp, monarch, key),
-            share,
+            share(key, memcpy),
+            share(key, same.get(f"copy_{key}")),
         )
         table.add_row(*cells)
         rows.append("| " + " | ".join(cells) + " |")
     Console().print(table)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     copy = f"{memcpy / 1e9:.2f} GB/s" if memcpy else "not measured"
+
+    def torch_copy(size: str) -> str:
+        rate = ours.get(f"copy_{size}")
+        return f"{rate / 1e9:.2f} GB/s" if rate else "not measured"
+
     return "\n".join(
         [
             f"Measured on {machine}, against Monarch 0.7.0 in the same run; memcpy "
-            f"(`ctypes.memmove` of 64 MiB, one thread, median) on this machine: {copy}. "
+            f"(`ctypes.memmove` of 64 MiB, one thread, median) on this machine: {copy}; "
+            f"torch `copy_` in one process (all cores, median): {torch_copy('1m')} at 1 MiB, "
+            f"{torch_copy('64m')} at 64 MiB. "
             "Rates are medians of 200 (1 MiB) and 15 (64 MiB) transfers of the whole buffer, "
             "owner and client in two processes of this host.",
             "",

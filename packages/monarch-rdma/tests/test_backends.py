@@ -141,3 +141,18 @@ def _deadline():
     import time
 
     return time.monotonic() + 10
+
+
+def test_memory_copies_run_in_the_caller_except_long_ones_in_an_event_loop():
+    import asyncio
+
+    from monarch_rdma import _buffer
+
+    big = _buffer.LOOP_INLINE_BYTES + 1
+    assert _buffer._copies_here("cma", big)  # a plain thread: no hand-off
+    assert not _buffer._copies_here("tcp", 1)  # waits on the network: a worker's job
+
+    async def in_a_loop():
+        return _buffer._copies_here("cma", big), _buffer._copies_here("cma", 1 << 20)
+
+    assert asyncio.run(in_a_loop()) == (False, True)  # the loop never stalls long

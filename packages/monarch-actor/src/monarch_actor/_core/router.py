@@ -20,6 +20,7 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -48,6 +49,9 @@ Frames = Sequence[bytes | bytearray | memoryview]
 Handler = Callable[[dict[str, Any], Frames], None]
 PortHandler = Handler
 S = TypeVar("S")
+# A thread sending again this soon after its last write is in a burst
+# (pipelined calls): the loop then gathers the burst into few writes.
+BURST_GAP = 50e-6  # seconds
 EXIT_REPORT_GRACE = 1.0  # seconds a lost connection waits for its process's exit status
 
 
@@ -83,14 +87,17 @@ class Outbox:
         self.failure: str | None = None
         self.lock = threading.Lock()
         self.in_transit = 0  # handed to the loop by other threads, not yet queued
+        self.last_direct = 0.0  # when a thread last wrote here itself
 
     def from_thread(self, frames: Frames, batch: bool = False) -> None:
         """Send from a thread other than the loop's: at once if the way is
         clear, unless ``batch`` (then the loop sends it with whatever else
         it sends there this turn: a burst of broadcasts costs few writes)."""
+        now = time.monotonic()
         with self.lock:
             if (
                 not batch
+                and now - self.last_direct > BURST_GAP
                 and self.sender is not None
                 and not self.queue
                 and not self.in_transit
@@ -98,6 +105,7 @@ class Outbox:
                 and self.failure is None
                 and self.sender.send_threadsafe(frames)
             ):
+                self.last_direct = now
                 return
             self.in_transit += 1
         self.runtime.loop.call_soon_threadsafe(self._arrived, frames)

@@ -134,10 +134,7 @@ def proc_exited(runtime: Runtime, table: ProcTable, rank: int, code: int, why: s
             table.failure = reason
             table.mark_ready()
         if address:
-            runtime.peer_lost(address, reason)
-            outbox = runtime.outboxes.get(address)
-            if outbox is not None:
-                outbox.fail(reason)
+            runtime.peer_gone(address, reason)
     supervision.proc_exited(table, rank, reason, expected)
 
 

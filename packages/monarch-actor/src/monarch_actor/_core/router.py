@@ -357,6 +357,16 @@ class Runtime:
                 if outbox is not None and outbox.failure is not None:
                     entry.lost(address, outbox.failure)
 
+    def peer_gone(self, address: str, reason: str) -> None:
+        """``address`` will never answer (its process exited or was declared
+        dead; on the loop): what is queued for it and whoever waits for it
+        fail with ``reason``."""
+        outbox = self.outboxes.get(address)
+        if outbox is not None and outbox.failure is None:
+            outbox.fail(reason)  # tells everyone through peer_lost
+        else:
+            self.peer_lost(address, reason)
+
     def peer_lost(self, address: str, reason: str) -> None:
         for hook in self.lost_hooks:
             hook(address, reason)

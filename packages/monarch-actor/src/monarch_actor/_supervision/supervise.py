@@ -299,10 +299,7 @@ class Supervision:
     def _kill_silent(self, table: ProcTable, rank: int, reason: str) -> None:
         address = table.addresses[rank]
         if address:  # calls in flight fail now, not when the kill lands
-            self.runtime.peer_lost(address, reason)
-            outbox = self.runtime.outboxes.get(address)
-            if outbox is not None:
-                outbox.fail(reason)
+            self.runtime.peer_gone(address, reason)
         agent = agents.get(self.runtime.address)
         pid = table.pids.get(rank)
         if agent is not None and pid is not None:

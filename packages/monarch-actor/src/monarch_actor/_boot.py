@@ -16,7 +16,7 @@ import os
 import pickle
 import sys
 import threading
-from typing import Any
+from typing import Any, cast
 
 from monarch_transport import decode, listen, new_event_loop, prefer_backend
 
@@ -55,7 +55,11 @@ def wire(runtime: Runtime) -> None:
     supervision = Supervision(runtime)
     actors = runtime.provide(LocalActors(runtime, ActorHost))
     runtime.handle(Kind.CALL, actors.deliver)
-    supervision.find_actor = actors.hosts.get  # type: ignore[assignment]
+
+    def find_actor(key: str) -> ActorHost | None:
+        return cast(ActorHost | None, actors.hosts.get(key))  # every host here is an ActorHost
+
+    supervision.find_actor = find_actor
 
 
 # -- the controller ---------------------------------------------------------------------

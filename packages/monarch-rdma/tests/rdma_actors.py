@@ -21,11 +21,17 @@ def pattern(size: int, seed: int = 0) -> bytes:
 
 class Owner(Actor):
     def __init__(self) -> None:
-        self.memory: dict[str, bytearray] = {}
+        self.memory: dict[str, bytes | bytearray] = {}
 
     @endpoint
     def make(self, name: str, size: int, seed: int = 0) -> RDMABuffer:
         data = bytearray(pattern(size, seed)) if seed >= 0 else bytearray(size)
+        self.memory[name] = data
+        return RDMABuffer(memoryview(data))
+
+    @endpoint
+    def make_readonly(self, name: str, size: int, seed: int = 0) -> RDMABuffer:
+        data = pattern(size, seed)  # bytes: a read-only memoryview
         self.memory[name] = data
         return RDMABuffer(memoryview(data))
 

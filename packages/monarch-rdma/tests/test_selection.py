@@ -294,9 +294,9 @@ def test_ibverbs_asks_the_owner_once_per_buffer(fake_nic, settings, monkeypatch)
 
     settings(backend="ibverbs")
     requests = []
-    request = _control.request
+    exchange = _control.exchange  # every request, pooled or on a QP's own connection
     monkeypatch.setattr(
-        _control, "request", lambda *a, **k: requests.append(a[1]) or request(*a, **k)
+        _control, "exchange", lambda *a, **k: requests.append(a[2]) or exchange(*a, **k)
     )
     buffer = RDMABuffer(memoryview(bytearray(4096)))
     for _ in range(3):

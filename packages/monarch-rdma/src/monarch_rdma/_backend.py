@@ -10,9 +10,11 @@ known to the rest of the package is in ``_backends``.
 
 from __future__ import annotations
 
+import logging
 import socket
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._wire import RequestError, Status, dropped_message
@@ -22,7 +24,9 @@ if TYPE_CHECKING:
     from ._memory import LocalMemory
     from ._regions import Region
 
-__all__ = ["OwnerOp", "OwnerRequest", "PairRefused", "RdmaBackend"]
+__all__ = ["ConnectionResources", "OwnerOp", "OwnerRequest", "PairRefused", "RdmaBackend"]
+
+log = logging.getLogger("monarch.rdma.server")
 
 
 @runtime_checkable
@@ -64,6 +68,51 @@ class PairRefused(Exception):
     not try it first again."""
 
 
+class ConnectionResources:
+    """What a peer made the owner create through one data-plane connection
+    (an ibverbs queue pair): bounded per kind, and released when that
+    connection closes, so a peer cannot make the owner hoard resources
+    beyond its connections' lifetime."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, list[Callable[[], None]]] = {}
+        self._closed = False
+
+    def count(self, kind: str) -> int:
+        with self._lock:
+            return len(self._held.get(kind, ()))
+
+    def reserve(self, kind: str, limit: int) -> None:
+        """``RequestError`` if this connection already holds ``limit`` of ``kind``."""
+        if self.count(kind) >= limit:
+            raise RequestError(
+                Status.BAD_REQUEST,
+                f"this connection already holds {limit} {kind} (the most one connection may "
+                "hold); close it, or use another connection",
+            )
+
+    def hold(self, kind: str, release: Callable[[], None]) -> None:
+        """Keep ``release`` to run when the connection closes (at once if it already has)."""
+        with self._lock:
+            if not self._closed:
+                self._held.setdefault(kind, []).append(release)
+                return
+        release()
+
+    def close(self) -> None:
+        """Release everything held (the connection closed); never raises."""
+        with self._lock:
+            self._closed = True
+            held, self._held = self._held, {}
+        for kind, releases in held.items():
+            for release in releases:
+                try:
+                    release()
+                except Exception:  # one failed release must not leak the others
+                    log.exception("releasing a %s of a closed RDMA connection failed", kind)
+
+
 @dataclass(frozen=True)
 class OwnerRequest:
     """One request to an owner's data-plane server, for a backend's operation."""
@@ -74,6 +123,8 @@ class OwnerRequest:
     length: int
     args: dict[str, Any]
     region: Region | None  # None: not registered (dropped, or a stale token)
+    resources: ConnectionResources = field(default_factory=ConnectionResources)
+    """What the peer's connection holds; released when it closes."""
 
     def registered(self) -> Region:
         """The region, or the ``DROPPED`` answer the server sends for it."""

@@ -6,17 +6,22 @@ A large transfer is split into pieces copied by several threads at once
 (``cma_threads``, one per core by default): one thread's system call is
 bound by the per-page work of one core, not by memory bandwidth.
 
-Each transfer makes one control step: one 8-byte read of the region's token
-slot in the owner (see ``_regions``). A write checks it before anything
-moves; a read checks it after, since a token, once gone, never comes back:
-if it is still there after the copy, the region was registered throughout.
+A control step is one 8-byte read of the region's token slot in the owner
+(see ``_regions``). A read checks it after the copy, since a token, once
+gone, never comes back: if it is still there, the region was registered
+throughout. A write checks it before anything moves and again after (a
+buffer dropped during the write is reported), and only writes a region
+whose token says its owner registered writable memory.
 
 The kernel allows cross-memory attach when the reader may ptrace the owner:
 same user (or CAP_SYS_PTRACE), and under Yama's ``ptrace_scope`` 1 only if
-the owner named its readers; an owner calls ``prctl(PR_SET_PTRACER,
-PR_SET_PTRACER_ANY)`` on its first registration. Where the kernel still
-refuses (``EPERM``: scope 2 or 3, a seccomp filter, another user), the pair
-falls back to the next backend (tcp) with a warning, once.
+the owner named the reader. So there, before its first transfer with an
+owner, a reader asks the owner's server to let it attach (``ALLOW_ATTACH``,
+authenticated by the job's secret); the owner names as few processes as it
+can (see ``_ptrace``). Where the kernel still refuses (``EPERM``: scope 2 or
+3, a seccomp filter, another user, an owner that would have to name too
+wide an ancestor), the pair falls back to the next backend (tcp) with a
+warning, once.
 
 Owner side: the kernel pins each page of the owner's memory it copies, and
 pinning a 2 MiB huge page costs what pinning one 4 KiB page does; a reader
@@ -33,13 +38,14 @@ import ctypes
 import errno
 import os
 import queue
+import socket
 import threading
 import time
 import warnings
 from collections.abc import Callable
 
-from . import _backends, _owner, _parallel
-from ._backend import PairRefused
+from . import _backends, _control, _owner, _parallel, _ptrace
+from ._backend import OwnerRequest, PairRefused
 from ._config import RdmaConfig, get_config
 from ._errors import (
     RDMABufferDropped,
@@ -51,12 +57,21 @@ from ._errors import (
 from ._handle import Handle
 from ._identity import this_host
 from ._memory import LocalMemory
-from ._regions import Region
+from ._ptrace import ptrace_scope
+from ._regions import Region, writable_token
+from ._wire import RequestError, Status, answer_json, readonly_message
 
-__all__ = ["CmaBackend", "CmaDenied", "allow_peers", "copy", "ptrace_scope", "supported"]
+__all__ = [
+    "ALLOW_ATTACH",
+    "CmaBackend",
+    "CmaDenied",
+    "copy",
+    "permitted",
+    "ptrace_scope",
+    "supported",
+]
 
-PR_SET_PTRACER = 0x59616D61
-PR_SET_PTRACER_ANY = (1 << 64) - 1  # (unsigned long)-1
+ALLOW_ATTACH = 9  # data-plane operation: args {"pid": reader}; the owner lets that reader attach
 PIECE = 256 << 20  # one system call moves at most this much; the deadline is checked between
 PARALLEL_FROM = 8 << 20  # smaller transfers run on one thread: a hand-off would cost more
 PARALLEL_PIECE = 2 << 20  # the smallest piece a thread takes (pieces shrink to it at the end)
@@ -80,9 +95,6 @@ for _fn in (_readv, _writev):
             ctypes.c_ulong,
         ]
         _fn.restype = ctypes.c_ssize_t
-_prctl = _libc.prctl
-_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-_prctl.restype = ctypes.c_int
 _madvise = getattr(_libc, "madvise", None)
 if _madvise is not None:
     _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -103,25 +115,15 @@ def supported() -> bool:
     return _readv is not None and _writev is not None
 
 
-def ptrace_scope() -> int | None:
-    """Yama's ``kernel.yama.ptrace_scope`` (None without Yama)."""
-    try:
-        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def allow_peers() -> bool:
-    """In an owner: let same-user processes attach to our memory. False where
-    the system forbids it for certain (no syscall, Yama scope 2 or 3)."""
+def permitted() -> bool:
+    """Whether same-user readers may attach to this process at all: False
+    where the system forbids it for certain (no syscall, Yama scope 2 or 3).
+    Nothing is granted here: under scope 1 each reader asks (``ALLOW_ATTACH``)."""
     if not supported():
         return False
     scope = ptrace_scope()
     if scope is not None and scope >= 2:
         return os.geteuid() == 0 and scope == 2  # scope 2: CAP_SYS_PTRACE only
-    if scope == 1:
-        _prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0)  # failure shows up as EPERM later
     return True
 
 
@@ -184,13 +186,17 @@ def _dropped(handle: Handle) -> RDMABufferDropped:
     )
 
 
-def check_token(handle: Handle) -> None:
+def check_token(handle: Handle, write: bool = False) -> None:
     """The owner still registers the buffer (one 8-byte read of its slot):
-    the transfer's one control step."""
+    the transfer's one control step. For a write, the token must also say
+    the owner registered writable memory: the owner's slot decides, not
+    the handle's ``readonly`` flag."""
     cell = ctypes.c_uint64(0)
     _copy_all(handle, ctypes.addressof(cell), handle.slot_addr, 8, False, float("inf"))
     if cell.value != handle.token:
         raise _dropped(handle)
+    if write and not writable_token(cell.value):
+        raise RDMATransferError(readonly_message(handle.buffer_id))
 
 
 def _in_pieces(nbytes: int, move: Callable[[int, int], None]) -> None:
@@ -208,6 +214,7 @@ class CmaBackend:
 
     def __init__(self) -> None:
         self.denied: set[tuple[str, int]] = set()
+        self.allowed: set[tuple[str, int, int]] = set()  # owners that let us attach
         self.lock = threading.Lock()
 
     def available(self) -> bool:
@@ -245,9 +252,11 @@ class CmaBackend:
             _copy_all(handle, local.addr + offset, remote + offset, length, write, deadline)
 
         try:
+            self._allowed(handle, deadline)
             if write:
-                check_token(handle)  # never write into memory its owner has let go of
+                check_token(handle, write=True)  # never into memory let go of, nor read-only
                 _in_pieces(nbytes, move)
+                self._still_registered_after_write(handle)
                 return
             try:
                 _in_pieces(nbytes, move)
@@ -269,11 +278,43 @@ class CmaBackend:
             )
             raise
 
+    def _allowed(self, handle: Handle, deadline: float) -> None:
+        """Under Yama scope 1, ask the owner once to let this process attach
+        (the owner names as few tracers as it can); a refusal is ``CmaDenied``."""
+        owner = handle.owner
+        key = (owner.host_key, owner.pid, owner.start_time)
+        if key in self.allowed:
+            return
+        if ptrace_scope() == 1:  # the host's setting: read once per owner, not per transfer
+            try:
+                _control.request(handle, ALLOW_ATTACH, deadline, {"pid": os.getpid()})
+            except (RDMABufferDropped, RDMAOwnerGone, RDMATimeoutError):
+                raise
+            except RDMATransferError as error:  # the owner refused: tcp serves this pair
+                raise CmaDenied(str(error)) from error
+        with self.lock:
+            self.allowed.add(key)
+
+    @staticmethod
+    def _still_registered_after_write(handle: Handle) -> None:
+        """A write whose buffer was dropped meanwhile is reported, not taken for done."""
+        try:
+            check_token(handle)
+        except RDMABufferDropped as error:
+            raise RDMABufferDropped(
+                f"buffer {handle.buffer_id} was dropped (RDMABuffer.drop()) by its owner "
+                f"(pid {handle.owner.pid}) while this write was in progress: the write may "
+                "not have reached it"
+            ) from error
+
     @staticmethod
     def _in_process(handle: Handle, local: int, remote: int, nbytes: int, write: bool) -> None:
-        """The owner is this process: memmove, after the same check."""
-        if _owner.regions().lookup(handle.buffer_id, handle.token) is None:
+        """The owner is this process: memmove, after the same checks."""
+        region = _owner.regions().lookup(handle.buffer_id, handle.token)
+        if region is None:
             raise _dropped(handle)
+        if write and region.memory.readonly:
+            raise RDMATransferError(readonly_message(handle.buffer_id))
         src, dst = (local, remote) if write else (remote, local)
 
         def move(offset: int, length: int) -> None:
@@ -340,6 +381,20 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+def _serve_allow(conn: socket.socket, request: OwnerRequest) -> None:
+    """Owner side of ``ALLOW_ATTACH``: let the asking reader attach to us.
+    Only a holder of a live buffer of ours, over an authenticated connection."""
+    request.registered()
+    pid = request.args.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        raise RequestError(Status.BAD_REQUEST, f"ALLOW_ATTACH needs a process id, not {pid!r}")
+    try:
+        tracer = _ptrace.policy.allow(pid)
+    except PermissionError as error:
+        raise RequestError(Status.FAILED, str(error)) from error
+    answer_json(conn, {"tracer": tracer})
+
+
 def _disabled(config: RdmaConfig) -> str | None:
     return "cross-memory attach is disabled (disable_cma=True)" if config.disable_cma else None
 
@@ -348,8 +403,9 @@ _backends.register(
     _backends.Registration(
         CmaBackend(),
         rank=20,
+        owner_ops={ALLOW_ATTACH: _serve_allow},
         on_register=prefer_huge_pages,
-        advertise=lambda: {"cma": allow_peers()},
+        advertise=lambda: {"cma": permitted()},
         disabled=_disabled,
         copies_in_caller=True,
     )

@@ -25,7 +25,7 @@ from ._errors import RDMABufferDropped, RDMAOwnerGone, RDMATimeoutError, RDMATra
 from ._handle import Handle
 from ._wire import ANSWER, REQUEST, Status, client_handshake, recv_exact, tune
 
-__all__ = ["connection", "read_answer", "request", "set_deadline"]
+__all__ = ["connection", "dedicated", "exchange", "read_answer", "request", "set_deadline"]
 
 CONNECT_TIMEOUT = 10.0
 
@@ -128,6 +128,23 @@ def read_answer(sock: socket.socket, handle: Handle, deadline: float) -> tuple[i
     return value, message
 
 
+def exchange(
+    sock: socket.socket,
+    handle: Handle,
+    op: int,
+    deadline: float,
+    args: dict[str, Any] | None = None,
+    offset: int = 0,
+    length: int = 0,
+) -> tuple[int, dict[str, Any]]:
+    """One small request on ``sock``: returns (value, JSON answer)."""
+    arg_bytes = json.dumps(args).encode() if args else b""
+    header = REQUEST.pack(op, len(arg_bytes), handle.buffer_id, handle.token, offset, length)
+    sock.sendall(header + arg_bytes)
+    value, message = read_answer(sock, handle, deadline)
+    return value, (json.loads(message) if message else {})
+
+
 def request(
     handle: Handle,
     op: int,
@@ -136,13 +153,22 @@ def request(
     offset: int = 0,
     length: int = 0,
 ) -> tuple[int, dict[str, Any]]:
-    """One small request to the owner's server: returns (value, JSON answer)."""
-    arg_bytes = json.dumps(args).encode() if args else b""
-    header = REQUEST.pack(op, len(arg_bytes), handle.buffer_id, handle.token, offset, length)
+    """One small request to the owner's server, on a pooled connection:
+    returns (value, JSON answer)."""
     with connection(handle, deadline) as sock:
-        sock.sendall(header + arg_bytes)
-        value, message = read_answer(sock, handle, deadline)
-    return value, (json.loads(message) if message else {})
+        return exchange(sock, handle, op, deadline, args, offset, length)
+
+
+def dedicated(handle: Handle, deadline: float) -> socket.socket:
+    """A new authenticated connection to ``handle``'s owner, never pooled:
+    for what the owner creates for us and keeps only while the connection
+    lives (an ibverbs queue pair). Closing it releases those."""
+    try:
+        sock = _Pool().acquire(handle.owner.server, deadline)  # an empty pool: always a new one
+        set_deadline(sock, deadline)
+    except OSError as error:
+        raise _wrap(handle, error, deadline) from error
+    return sock
 
 
 def _after_fork() -> None:

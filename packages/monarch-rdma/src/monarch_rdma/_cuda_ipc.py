@@ -5,6 +5,11 @@ asked for once over its data-plane server (operation ``CUDA_IPC``), then
 cached by the reader; the reader opens it and copies with ``torch`` on the
 device (GPU to GPU, or GPU to host). Everything here needs torch with CUDA;
 without it the errors say so.
+
+An IPC handle maps the owner's memory read-write; the owner cannot restrict
+that mapping, so it says in its answer whether it registered the memory
+writable, and the reader refuses writes to a buffer its owner calls
+read-only (a handle that claims otherwise changes nothing).
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from typing import Any
 from . import _backends, _control
 from ._backend import OwnerRequest
 from ._cuda_memory import bytes_of, cuda_available, torch_module
-from ._errors import RDMABackendUnavailable
+from ._errors import RDMABackendUnavailable, RDMATransferError
 from ._handle import Handle
 from ._identity import this_host
 from ._memory import LocalMemory
 from ._regions import Region
-from ._wire import answer_json
+from ._wire import answer_json, readonly_message
 
 __all__ = ["CUDA_IPC", "CudaIpcBackend", "owner_share"]
 
@@ -40,6 +45,7 @@ def owner_share(region: Region) -> dict[str, Any]:
     return {
         "handle": [item.hex() if isinstance(item, bytes) else item for item in shared],
         "offset": offset,
+        "writable": not memory.readonly,
     }
 
 
@@ -53,7 +59,7 @@ class CudaIpcBackend:
     name = "cuda_ipc"
 
     def __init__(self) -> None:
-        self._opened: dict[tuple[str, int, int, int], Any] = {}
+        self._opened: dict[tuple[str, int, int, int], tuple[Any, bool]] = {}  # view, writable
         self._lock = threading.Lock()
 
     def available(self) -> bool:
@@ -72,7 +78,8 @@ class CudaIpcBackend:
             return "cuda_ipc works between processes of one host only"
         return None
 
-    def _remote(self, handle: Handle, deadline: float) -> Any:
+    def _remote(self, handle: Handle, deadline: float) -> tuple[Any, bool]:
+        """The owner's memory opened here, and whether its owner lets us write it."""
         owner = handle.owner
         key = (owner.host_key, owner.pid, handle.buffer_id, handle.token)
         with self._lock:
@@ -86,7 +93,8 @@ class CudaIpcBackend:
             storage = torch.UntypedStorage._new_shared_cuda(*args)
             flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
             flat.set_(storage, 0, (storage.nbytes(),), (1,))
-            opened = flat[int(answer["offset"]) : int(answer["offset"]) + handle.nbytes]
+            view = flat[int(answer["offset"]) : int(answer["offset"]) + handle.nbytes]
+            opened = (view, bool(answer.get("writable", True)))
             with self._lock:
                 self._opened[key] = opened
         return opened
@@ -101,7 +109,10 @@ class CudaIpcBackend:
         deadline: float,
     ) -> None:
         torch = torch_module()
-        remote = self._remote(handle, deadline)[remote_offset : remote_offset + nbytes]
+        opened, writable = self._remote(handle, deadline)
+        if write and not writable:
+            raise RDMATransferError(readonly_message(handle.buffer_id))
+        remote = opened[remote_offset : remote_offset + nbytes]
         if local.is_cuda:
             mine = bytes_of(local)[:nbytes]
         else:

@@ -9,9 +9,16 @@
 - **Connections**: one RC queue pair per (reader, owner process), each with its
   own completion queue. The reader creates its QP, sends its number, PSN,
   LID and GID to the owner's data-plane server (the authenticated side
-  channel every owner runs), the owner creates its QP, brings it to RTS and
-  answers with its own address and the buffer's ``rkey``; the reader brings
-  its QP to RTS. No actor message handler runs on the owner.
+  channel every owner runs) on a control connection of its own, the owner
+  creates its QP, brings it to RTS and answers with its own address and the
+  buffer's ``rkey``; the reader brings its QP to RTS. No actor message
+  handler runs on the owner. The owner keeps its QP only while that control
+  connection is open (the reader closes it with its QP), and at most
+  ``MAX_QPS_PER_CONNECTION`` on one connection: a peer cannot make an owner
+  hoard queue pairs.
+- **Read-only buffers**: the owner registers their MR without remote-write
+  access, so the NIC itself refuses a write, and says so in its answer, so
+  the reader refuses first with a clear error.
 - **Transfers**: pieces of ``max_chunk_size_mb``, at most ``MAX_OUTSTANDING``
   posted at once, each signalled; the reader polls its CQ until every piece
   completed or the deadline passed. A failed completion or a timeout moves the
@@ -25,6 +32,7 @@ Owner side: the data-plane operation ``IBV_CONNECT``; the owner advertises
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import ipaddress
 import secrets
@@ -37,7 +45,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import _backends, _control
-from ._backend import OwnerRequest
+from ._backend import ConnectionResources, OwnerRequest
 from ._config import RdmaConfig, get_config
 from ._errors import (
     RDMABackendUnavailable,
@@ -49,12 +57,13 @@ from ._errors import (
 from ._handle import Handle
 from ._memory import LocalMemory
 from ._regions import Region
-from ._wire import answer_json
+from ._wire import answer_json, readonly_message
 
 __all__ = ["IBV_CONNECT", "IbverbsBackend", "available", "owner_connect", "reset"]
 
 IBV_CONNECT = 7  # data-plane operation: args the reader's QP; answer the owner's QP and MR keys
 MAX_OUTSTANDING = 16
+MAX_QPS_PER_CONNECTION = 4  # a reader needs one per owner; the rest is slack for retries
 CQ_DEPTH = 64
 MAX_RD_ATOMIC = 16
 LOCAL_ACK_TIMEOUT = 14  # 4.096 µs * 2**14 = 67 ms per try
@@ -130,7 +139,11 @@ def reset() -> None:
     global _available, _device, _why_not
     with _lock:
         _available, _device, _why_not = None, None, ""
-    _connections.clear()
+    with _connections_lock:
+        connections = list(_connections.values())
+        _connections.clear()
+    for conn in connections:
+        conn.close()
 
 
 def gid_text(gid: Any) -> str:
@@ -154,7 +167,7 @@ class Device:
     mtu: int
     ethernet: bool
     lock: threading.Lock = field(default_factory=threading.Lock)
-    peers: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # owner side QPs
+    peers: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # owner side: qpn -> QP, CQ
     local_mrs: dict[tuple[int, int, int], Any] = field(default_factory=dict)
 
     @property
@@ -203,9 +216,16 @@ class Device:
         attr.max_rd_atomic = MAX_RD_ATOMIC
         qp.to_rts(attr)
 
-    def register(self, addr: int, nbytes: int, remote: bool) -> Any:
+    def register(self, addr: int, nbytes: int, remote: bool, writable: bool = True) -> Any:
+        """An MR over ``[addr, +nbytes)``: for remote access (an owner's
+        region: remote write only if ``writable``) or local use (a reader's)."""
         e = self.v.e
-        access = self.access if remote else int(e.IBV_ACCESS_LOCAL_WRITE)
+        if not remote:
+            access = int(e.IBV_ACCESS_LOCAL_WRITE)
+        elif writable:
+            access = self.access
+        else:  # read-only memory: the NIC refuses remote writes (and needs no local write)
+            access = int(e.IBV_ACCESS_REMOTE_READ)
         return self.v.mr.MR(self.pd, nbytes, access, address=addr)
 
     def local_mr(self, memory: LocalMemory) -> tuple[Any, bool]:
@@ -285,29 +305,53 @@ def device() -> Device:
 # -- the owner's side (served by the data-plane server) ---------------------------------
 
 
-def owner_connect(region: Region, args: dict[str, Any]) -> dict[str, Any]:
-    """Register ``region`` (once) and, if the reader sent its QP, connect a QP to it."""
+def owner_connect(
+    region: Region, args: dict[str, Any], resources: ConnectionResources
+) -> dict[str, Any]:
+    """Register ``region`` (once) and, if the reader sent its QP, connect a
+    QP to it, held by the reader's connection (``resources``): released when
+    that connection closes, and at most ``MAX_QPS_PER_CONNECTION`` of them."""
     dev = device()
+    writable = not region.memory.readonly
     with dev.lock:
         mr = region.extras.get("ibv_mr")
         if mr is None:
             memory = region.memory
-            mr = region.extras["ibv_mr"] = dev.register(memory.addr, memory.nbytes, remote=True)
+            mr = region.extras["ibv_mr"] = dev.register(
+                memory.addr, memory.nbytes, remote=True, writable=writable
+            )
             region.cleanups.append(mr.close)
-    answer: dict[str, Any] = {"rkey": int(mr.rkey), "addr": region.memory.addr}
+    answer: dict[str, Any] = {"rkey": int(mr.rkey), "addr": region.memory.addr,
+                              "writable": writable}  # fmt: skip
     peer = args.get("qp")
     if peer:
+        resources.reserve(QUEUE_PAIRS, MAX_QPS_PER_CONNECTION)
         qp, cq = dev.new_qp()
+        qpn = int(qp.qp_num)
+        with dev.lock:
+            dev.peers[qpn] = (qp, cq)
+        resources.hold(QUEUE_PAIRS, lambda: _release_qp(dev, qpn))
         psn = secrets.randbits(24)
         dev.connect_qp(qp, psn, peer)
-        with dev.lock:  # kept for as long as this process lives: the reader may come back
-            dev.peers[(str(peer["gid"]), int(peer["lid"]), int(peer["qpn"]))] = (qp, cq)
         answer["qp"] = dev.address(qp, psn)
     return answer
 
 
+QUEUE_PAIRS = "ibverbs queue pairs"
+
+
+def _release_qp(dev: Device, qpn: int) -> None:
+    """Destroy an owner-side QP and its CQ (its reader's connection closed)."""
+    with dev.lock:
+        pair = dev.peers.pop(qpn, None)
+    if pair is not None:
+        qp, cq = pair
+        qp.close()
+        cq.close()
+
+
 def _serve_connect(conn: socket.socket, request: OwnerRequest) -> None:
-    answer_json(conn, owner_connect(request.registered(), request.args))
+    answer_json(conn, owner_connect(request.registered(), request.args, request.resources))
 
 
 # -- the reader's side --------------------------------------------------------------------
@@ -315,18 +359,58 @@ def _serve_connect(conn: socket.socket, request: OwnerRequest) -> None:
 
 @dataclass
 class Connection:
+    """The reader's QP to one owner, and the control connection that keeps
+    the owner's side of it alive."""
+
     qp: Any
     cq: Any
+    control: socket.socket
     lock: threading.Lock = field(default_factory=threading.Lock)
-    keys: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # rkey, addr
+    # (buffer id, token) -> rkey, addr, writable
+    keys: dict[tuple[int, int], tuple[int, int, bool]] = field(default_factory=dict)
     broken: bool = False
+
+    def close(self) -> None:
+        """Give up the QP; closing the control connection makes the owner release its side."""
+        self.control.close()
+        for resource in (self.qp, self.cq):
+            with contextlib.suppress(Exception):  # already destroyed with its device
+                resource.close()
 
 
 _connections: dict[tuple[str, int, int], Connection] = {}
 _connections_lock = threading.Lock()
 
 
-def _connection(handle: Handle, deadline: float) -> tuple[Connection, int, int]:
+def _keys(answer: dict[str, Any]) -> tuple[int, int, bool]:
+    return int(answer["rkey"]), int(answer["addr"]), bool(answer.get("writable", True))
+
+
+def _connect(dev: Device, handle: Handle, deadline: float) -> Connection:
+    """A new QP to ``handle``'s owner, over a control connection of its own."""
+    qp, cq = dev.new_qp()
+    psn = secrets.randbits(24)
+    control = _control.dedicated(handle, deadline)
+    try:
+        _, answer = _control.exchange(
+            control, handle, IBV_CONNECT, deadline, {"qp": dev.address(qp, psn)}
+        )
+        dev.connect_qp(qp, psn, answer["qp"])
+    except OSError as error:
+        control.close()
+        raise RDMAOwnerGone(
+            f"the owner of RDMA buffer {handle.buffer_id} (pid {handle.owner.pid}) closed the "
+            f"queue-pair exchange: {error}"
+        ) from error
+    except BaseException:
+        control.close()
+        raise
+    conn = Connection(qp, cq, control)
+    conn.keys[(handle.buffer_id, handle.token)] = _keys(answer)
+    return conn
+
+
+def _connection(handle: Handle, deadline: float) -> tuple[Connection, int, int, bool]:
     dev = device()
     owner = handle.owner
     key = (owner.host_key, owner.pid, owner.start_time)
@@ -334,24 +418,19 @@ def _connection(handle: Handle, deadline: float) -> tuple[Connection, int, int]:
         conn = _connections.get(key)
         if conn is not None and conn.broken:
             del _connections[key]
+            conn.control.close()  # the owner releases its side of the broken QP
             conn = None
     if conn is None:
-        qp, cq = dev.new_qp()
-        psn = secrets.randbits(24)
-        _, answer = _control.request(handle, IBV_CONNECT, deadline, {"qp": dev.address(qp, psn)})
-        dev.connect_qp(qp, psn, answer["qp"])
-        conn = Connection(qp, cq)
-        conn.keys[(handle.buffer_id, handle.token)] = (int(answer["rkey"]), int(answer["addr"]))
+        fresh = _connect(dev, handle, deadline)
         with _connections_lock:
-            _connections[key] = conn
+            conn = _connections.setdefault(key, fresh)
+        if conn is not fresh:  # another thread connected meanwhile: keep one QP per owner
+            fresh.close()
     keys = conn.keys.get((handle.buffer_id, handle.token))
     if keys is None:
         _, answer = _control.request(handle, IBV_CONNECT, deadline, {})
-        keys = conn.keys[(handle.buffer_id, handle.token)] = (
-            int(answer["rkey"]),
-            int(answer["addr"]),
-        )
-    return conn, keys[0], keys[1]
+        keys = conn.keys[(handle.buffer_id, handle.token)] = _keys(answer)
+    return conn, *keys
 
 
 def plan(nbytes: int, chunk: int) -> list[tuple[int, int]]:
@@ -420,7 +499,9 @@ class IbverbsBackend:
     ) -> None:
         dev = device()
         v = dev.v
-        conn, rkey, raddr = _connection(handle, deadline)
+        conn, rkey, raddr, writable = _connection(handle, deadline)
+        if write and not writable:  # the owner said so; its NIC would refuse it too
+            raise RDMATransferError(readonly_message(handle.buffer_id))
         mr, cached = dev.local_mr(local)
         try:
             with conn.lock:

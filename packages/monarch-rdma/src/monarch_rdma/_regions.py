@@ -7,6 +7,12 @@ dropped buffer, or a pid reused by another process, is an error and not a
 read of a stranger's memory. ``drop()`` zeroes the slot. A token is never
 reused, so once a slot stops holding a handle's token it never holds it
 again.
+
+A token also says whether the owner lets its region be written: bit 1
+(``WRITABLE``) is set only for a region registered from writable memory.
+Since a token is checked against the owner's own slot, a same-host writer
+learns what the *owner* registered, not what a (possibly altered) handle
+claims.
 """
 
 from __future__ import annotations
@@ -22,9 +28,15 @@ from typing import Any
 from ._handle import Handle, OwnerInfo
 from ._memory import LocalMemory
 
-__all__ = ["Region", "RegionTable"]
+__all__ = ["WRITABLE", "Region", "RegionTable", "writable_token"]
 
 SLOTS_PER_TABLE = 1024
+WRITABLE = 2  # token bit: the owner accepts writes to this region
+
+
+def writable_token(token: int) -> bool:
+    """Whether a region's token says its owner accepts writes."""
+    return bool(token & WRITABLE)
 
 
 @dataclass
@@ -65,7 +77,9 @@ class RegionTable:
         """Register ``memory``; the handle names ``owner`` as its owner."""
         with self.lock:
             buffer_id = next(self.ids)
-            token = secrets.randbits(64) | 1
+            token = (secrets.randbits(64) | 1) & ~WRITABLE  # odd: never 0, the dropped slot
+            if not memory.readonly:
+                token |= WRITABLE
             slot = self._slot()
             slot.value = token
             self.regions[buffer_id] = Region(buffer_id, token, memory, slot)

@@ -32,6 +32,7 @@ from ._wire import (
     RequestError,
     Status,
     answer,
+    readonly_message,
     recv_into_exact,
 )
 
@@ -158,11 +159,7 @@ def _serve_read(conn: socket.socket, request: OwnerRequest) -> None:
 def _writable(request: OwnerRequest) -> Region:
     region = request.registered()
     if region.memory.readonly:
-        raise RequestError(
-            Status.READONLY,
-            f"buffer {request.buffer_id} was registered from read-only memory; it cannot be "
-            "written",
-        )
+        raise RequestError(Status.READONLY, readonly_message(request.buffer_id))
     check_bounds(region, request.offset, request.length)
     return region
 

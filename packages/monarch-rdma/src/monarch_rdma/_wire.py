@@ -28,6 +28,7 @@ import json
 import os
 import socket
 import struct
+import time
 from typing import Any
 
 from monarch_transport import job_secret
@@ -43,6 +44,7 @@ __all__ = [
     "answer_json",
     "client_handshake",
     "dropped_message",
+    "readonly_message",
     "recv_exact",
     "recv_into_exact",
     "server_handshake",
@@ -91,6 +93,13 @@ def dropped_message(buffer_id: int) -> str:
     return (
         f"buffer {buffer_id} is not registered at its owner: it was dropped (RDMABuffer.drop()) "
         "or its owner restarted"
+    )
+
+
+def readonly_message(buffer_id: int) -> str:
+    return (
+        f"buffer {buffer_id} is read-only: it was registered from read-only memory, so its "
+        "owner refuses writes to it (read it, or register writable memory)"
     )
 
 
@@ -154,16 +163,37 @@ def client_handshake(sock: socket.socket) -> None:
         raise PermissionError("the RDMA data-plane server refused our proof")
 
 
-def server_handshake(sock: socket.socket) -> None:
-    """The server's side; ``PermissionError`` for a peer without the secret."""
+def _recv_by(sock: socket.socket, size: int, deadline: float) -> bytes:
+    """``size`` bytes, all of them by ``deadline`` (``time.monotonic()``):
+    a peer that sends one byte at a time cannot stretch the wait."""
+    data = bytearray(size)
+    view, got = memoryview(data), 0
+    while got < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"handshake not completed in time ({got} of {size} bytes)")
+        sock.settimeout(left)
+        n = sock.recv_into(view[got:], size - got)
+        if n == 0:
+            raise ConnectionResetError(
+                f"the peer closed the connection after {got} of {size} bytes"
+            )
+        got += n
+    return bytes(data)
+
+
+def server_handshake(sock: socket.socket, deadline: float) -> None:
+    """The server's side, complete by ``deadline`` (``time.monotonic()``)
+    whatever the peer's pace; ``PermissionError`` for a peer without the
+    secret, ``TimeoutError`` for one too slow."""
     secret = job_secret()
-    hello = recv_exact(sock, len(MAGIC) + NONCE)
+    hello = _recv_by(sock, len(MAGIC) + NONCE, deadline)
     if hello[: len(MAGIC)] != MAGIC:
         raise PermissionError("not an RDMA data-plane client")
     client_nonce = hello[len(MAGIC) :]
     nonce = os.urandom(NONCE)
     sock.sendall(nonce + _mac(secret, b"server", client_nonce, nonce))
-    proof = recv_exact(sock, MAC)
+    proof = _recv_by(sock, MAC, deadline)
     if not hmac.compare_digest(proof, _mac(secret, b"client", nonce, client_nonce)):
         raise PermissionError("peer does not know this job's secret")
     sock.sendall(b"\x01")

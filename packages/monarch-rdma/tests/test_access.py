@@ -1,0 +1,358 @@
+"""Least privilege on the owner's side: read-only buffers are refused writes
+by every backend whatever a handle claims, a cma write notices a buffer
+dropped while it ran, ibverbs queue pairs a peer makes the owner create are
+bounded and released with its connection, and an owner lets only the
+readers that asked ptrace it, never every process of its user."""
+
+import dataclasses
+import os
+import pickle
+import subprocess
+import sys
+import time
+import types
+import warnings
+
+import pytest
+from test_selection import fake_nic, settings  # noqa: F401 (fixtures)
+
+import monarch_rdma
+from monarch_rdma import (
+    RDMABuffer,
+    RDMABufferDropped,
+    RDMATcpFallbackWarning,
+    RDMATransferError,
+    _backends,
+    _cma,
+    _control,
+    _cuda_ipc,
+    _ibverbs,
+    _owner,
+    _ptrace,
+    _wire,
+)
+from monarch_rdma._regions import Region
+
+READ_ONLY = r"buffer \d+ is read-only"
+
+
+def lying(buffer):
+    """The buffer as a holder who claims it is writable would present it."""
+    return RDMABuffer._from_handle(dataclasses.replace(buffer._handle, readonly=False))
+
+
+# -- read-only buffers, every backend ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["cma", "tcp"], indirect=True)
+def test_read_only_is_enforced_by_the_owner_in_process(backend):
+    data = b"constant bytes"
+    buffer = RDMABuffer(memoryview(data))
+    with pytest.raises(ValueError, match="read-only memory"):  # the honest handle: at the call
+        buffer.write_from(memoryview(b"x"))
+    with pytest.raises(RDMATransferError, match=READ_ONLY):
+        lying(buffer).write_from(memoryview(b"XX")).get(timeout=10)
+    out = bytearray(len(data))
+    lying(buffer).read_into(memoryview(out)).get(timeout=10)
+    assert out == b"constant bytes" == data
+
+
+@pytest.mark.parametrize("backend", ["cma", "tcp"], indirect=True)
+def test_read_only_is_enforced_by_the_owner_across_processes(owner, backend):
+    buffer = owner.make_readonly.call_one("ro", 4096, 3).get()
+    digest = owner.digest.call_one("ro").get()
+    with pytest.raises(RDMATransferError, match=READ_ONLY):
+        lying(buffer).write_from(memoryview(bytearray(4096))).get(timeout=30)
+    assert owner.digest.call_one("ro").get() == digest  # not a byte changed
+    out = bytearray(4096)
+    lying(buffer).read_into(memoryview(out)).get(timeout=30)
+    buffer.drop().get()
+
+
+def test_read_only_tokens_come_from_the_owner():
+    writable = RDMABuffer(memoryview(bytearray(8)))._handle
+    readonly = RDMABuffer(memoryview(b"12345678"))._handle
+    assert writable.token & 2 and not readonly.token & 2
+    assert writable.token & 1 and readonly.token & 1  # never 0, the dropped slot's value
+
+
+def test_ibverbs_registers_read_only_memory_without_remote_write(fake_nic, settings):  # noqa: F811
+    settings(backend="ibverbs")
+    data = b"constant over RDMA"
+    buffer = RDMABuffer(memoryview(data))
+    out = bytearray(len(data))
+    buffer.read_into(memoryview(out)).get(timeout=10)
+    assert out == data
+    region = _owner.regions().lookup(buffer._handle.buffer_id, buffer._handle.token)
+    access = region.extras["ibv_mr"].access
+    e = fake_nic.enums
+    assert access & e.IBV_ACCESS_REMOTE_READ and not access & e.IBV_ACCESS_REMOTE_WRITE
+    with pytest.raises(RDMATransferError, match=READ_ONLY):  # the owner said so
+        lying(buffer).write_from(memoryview(bytearray(4))).get(timeout=10)
+    # a reader that ignores the owner's answer is stopped by the NIC itself
+    conn = next(iter(_ibverbs._connections.values()))
+    key = (buffer._handle.buffer_id, buffer._handle.token)
+    rkey, addr, _ = conn.keys[key]
+    conn.keys[key] = (rkey, addr, True)
+    with pytest.raises(RDMABufferDropped, match="refused access"):
+        lying(buffer).write_from(memoryview(bytearray(4))).get(timeout=10)
+    assert data == b"constant over RDMA"
+
+
+def test_cuda_ipc_owner_says_read_only_and_the_reader_refuses(monkeypatch):
+    class Storage:
+        def _share_cuda_(self):
+            return (0, b"\x01\x02", 64)
+
+        def data_ptr(self):
+            return 4096
+
+    memory = types.SimpleNamespace(
+        is_cuda=True, readonly=True, addr=4096 + 16, keep=types.SimpleNamespace(
+            untyped_storage=Storage)
+    )  # fmt: skip
+    region = Region(1, 3, memory, None)
+    assert _cuda_ipc.owner_share(region)["writable"] is False  # the owner's answer
+    backend = _backends.by_name("cuda_ipc").backend
+    monkeypatch.setattr(_cuda_ipc, "torch_module", lambda: None)
+    monkeypatch.setattr(backend, "_remote", lambda handle, deadline: (bytearray(8), False))
+    handle = RDMABuffer(memoryview(bytearray(8)))._handle
+    local = monarch_rdma._memory.as_local_memory(memoryview(bytearray(8)))
+    with pytest.raises(RDMATransferError, match=READ_ONLY):
+        backend.transfer(handle, local, 0, 8, True, time.monotonic() + 5)
+
+
+# -- cma: the token after a write ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["cma"], indirect=True)
+def test_cma_write_reports_a_buffer_dropped_during_it(owner, backend, monkeypatch):
+    buffer = owner.make.call_one("dropped-mid-write", 1 << 16, 1).get()
+    in_pieces = _cma._in_pieces
+
+    def then_dropped(nbytes, move):
+        in_pieces(nbytes, move)
+        _control.request(buffer._handle, _wire.Op.DROP, time.monotonic() + 10)
+
+    monkeypatch.setattr(_cma, "_in_pieces", then_dropped)
+    with pytest.raises(RDMABufferDropped, match="while this write was in progress"):
+        buffer.write_from(memoryview(bytearray(1 << 16))).get(timeout=30)
+
+
+# -- ibverbs: queue pairs a peer makes the owner create --------------------------------------------
+
+
+def wait_for(condition, seconds=5.0):
+    end = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_owner_queue_pairs_are_released_with_the_readers_connection(fake_nic, settings):  # noqa: F811
+    settings(backend="ibverbs")
+    buffer = RDMABuffer(memoryview(bytearray(4096)))
+    buffer.read_into(memoryview(bytearray(4096))).get(timeout=10)
+    dev = _ibverbs.device()
+    assert len(dev.peers) == 1
+    (qpn,) = dev.peers
+    assert qpn in fake_nic.QPS
+    for conn in list(_ibverbs._connections.values()):
+        conn.close()  # the reader gives up its QP and closes its control connection
+    _ibverbs._connections.clear()
+    assert wait_for(lambda: not dev.peers)  # the owner destroyed its side
+    assert qpn not in fake_nic.QPS
+    buffer.read_into(memoryview(bytearray(4096))).get(timeout=10)  # a new pair on demand
+    assert len(dev.peers) == 1
+
+
+def test_owner_queue_pairs_are_bounded_per_connection(fake_nic, settings):  # noqa: F811
+    buffer = RDMABuffer(memoryview(bytearray(64)))
+    handle = buffer._handle
+    dev = _ibverbs.device()
+    deadline = time.monotonic() + 10
+    sock = _control.dedicated(handle, deadline)
+    try:
+        for _ in range(_ibverbs.MAX_QPS_PER_CONNECTION):
+            qp, _ = dev.new_qp()
+            _control.exchange(sock, handle, _ibverbs.IBV_CONNECT, deadline,
+                              {"qp": dev.address(qp, 1)})  # fmt: skip
+        assert len(dev.peers) == _ibverbs.MAX_QPS_PER_CONNECTION
+        qp, _ = dev.new_qp()
+        with pytest.raises(RDMATransferError, match="already holds 4 ibverbs queue pairs"):
+            _control.exchange(sock, handle, _ibverbs.IBV_CONNECT, deadline,
+                              {"qp": dev.address(qp, 1)})  # fmt: skip
+    finally:
+        sock.close()
+    assert wait_for(lambda: not dev.peers)  # all released with the connection
+
+
+# -- ptrace: only the readers that asked ---------------------------------------------------------
+
+
+@pytest.fixture
+def yama_scope_1(monkeypatch):
+    """Pretend Yama's ptrace_scope is 1, and record every prctl instead of calling it."""
+    calls = []
+    monkeypatch.setattr(_ptrace, "ptrace_scope", lambda: 1)
+    monkeypatch.setattr(_cma, "ptrace_scope", lambda: 1)
+    monkeypatch.setattr(_ptrace, "_prctl", lambda *args: calls.append(args[:2]) or 0)
+    monkeypatch.setattr(_ptrace, "policy", _ptrace.TracerPolicy())
+    yield calls
+    assert all(args[1] != _ptrace.PR_SET_PTRACER_ANY for args in calls)
+
+
+@pytest.fixture
+def children():
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+             for _ in range(2)]  # fmt: skip
+    yield [p.pid for p in procs]
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_an_owner_never_lets_every_process_attach(yama_scope_1, monkeypatch):
+    monkeypatch.setattr(_owner, "_current", _owner.Owner())
+    RDMABuffer(memoryview(bytearray(64)))  # the first registration starts the owner
+    assert yama_scope_1 == []  # nothing granted until a reader asks
+
+
+def test_an_owner_names_the_nearest_ancestor_of_the_readers_that_asked(yama_scope_1, children):
+    first, second = children
+    assert _ptrace.policy.allow(first) == first  # the only reader: itself, no wider
+    assert _ptrace.policy.allow(first) == first and len(yama_scope_1) == 1  # already covered
+    assert _ptrace.policy.allow(second) == os.getpid()  # their nearest common ancestor (us)
+    assert yama_scope_1 == [(_ptrace.PR_SET_PTRACER, first), (_ptrace.PR_SET_PTRACER, os.getpid())]
+    assert _ptrace.policy.allow(os.getppid()) is None  # our ancestor may attach anyway
+    assert len(yama_scope_1) == 2
+    with pytest.raises(PermissionError, match="does not exist"):
+        _ptrace.policy.allow(2**22 + 12345)
+
+
+def test_an_owner_refuses_to_name_a_tracer_that_covers_too_much(yama_scope_1, monkeypatch):
+    parents = {10: 5, 11: 5, 5: 1, 20: 1, 1: 0}  # 10, 11 under 5; 20 elsewhere
+    monkeypatch.setattr(_ptrace, "_stat", lambda pid: (parents[pid], 0) if pid in parents else None)
+    monkeypatch.setattr(_ptrace, "_too_wide", lambda pid: "it is init" if pid <= 1 else None)
+    assert _ptrace.policy.allow(10) == 10
+    assert _ptrace.policy.allow(11) == 5
+    with pytest.raises(PermissionError, match="would be process 1, and it is init"):
+        _ptrace.policy.allow(20)  # covering it too would cover every process
+    assert _ptrace.policy.tracer == (5, 0)  # unchanged by the refusal
+
+
+def test_too_wide_tracers():
+    assert "init" in _ptrace._too_wide(1)
+    leader = os.getsid(0)
+    if (
+        leader > 1
+        and os.path.exists(f"/proc/{leader}")
+        and (os.stat(f"/proc/{leader}").st_uid == os.geteuid())
+    ):
+        assert "session leader" in _ptrace._too_wide(leader)
+
+
+def test_allow_attach_is_a_request_of_a_buffer_holder(yama_scope_1, children):
+    buffer = RDMABuffer(memoryview(bytearray(64)))
+    deadline = time.monotonic() + 10
+    _, answer = _control.request(buffer._handle, _cma.ALLOW_ATTACH, deadline,
+                                 {"pid": children[0]})  # fmt: skip
+    assert answer == {"tracer": children[0]}
+    with pytest.raises(RDMATransferError, match="needs a process id"):
+        _control.request(buffer._handle, _cma.ALLOW_ATTACH, deadline, {"pid": "everyone"})
+    stale = dataclasses.replace(buffer._handle, token=buffer._handle.token ^ 4)
+    with pytest.raises(RDMABufferDropped):  # no live buffer of ours, no access
+        _control.request(stale, _cma.ALLOW_ATTACH, deadline, {"pid": children[1]})
+
+
+@pytest.mark.parametrize("backend", ["auto"], indirect=True)
+def test_a_reader_asks_once_per_owner_and_falls_back_when_refused(owner, backend, monkeypatch):
+    cma = _backends.by_name("cma").backend
+    monkeypatch.setattr(cma, "allowed", set())
+    monkeypatch.setattr(cma, "denied", set())
+    monkeypatch.setattr(_cma, "ptrace_scope", lambda: 1)  # the owner's kernel has no Yama here
+    asked = []
+    request = _control.request
+    monkeypatch.setattr(_control, "request", lambda *a, **k: asked.append(a[1]) or request(*a, **k))
+    buffer = owner.make.call_one("asks", 1024, 5).get()
+    for _ in range(3):
+        buffer.read_into(memoryview(bytearray(1024))).get(timeout=30)
+    assert asked == [_cma.ALLOW_ATTACH]  # once, before the first transfer
+    assert buffer.backend == "cma"
+
+    def refusing(*args, **kwargs):
+        if args[1] == _cma.ALLOW_ATTACH:
+            raise RDMATransferError("cannot let process 1 attach to this owner")
+        return request(*args, **kwargs)
+
+    monkeypatch.setattr(_control, "request", refusing)
+    monkeypatch.setattr(cma, "allowed", set())
+    out = bytearray(1024)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        buffer.read_into(memoryview(out)).get(timeout=30)  # served by tcp instead
+    assert any(issubclass(w.category, RDMATcpFallbackWarning) for w in caught)
+    assert buffer.backend == "tcp"
+    buffer.drop().get()
+
+
+OWNER = """
+import pickle, sys
+from monarch_rdma import RDMABuffer
+data = bytearray(b"only for the reader that asked")
+buffer = RDMABuffer(memoryview(data))
+sys.stdout.write(pickle.dumps(buffer).hex() + "\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+ASKING_READER = """
+import pickle, sys
+import monarch_rdma
+monarch_rdma.configure(backend="cma")
+buffer = pickle.loads(bytes.fromhex(sys.argv[1]))
+out = bytearray(buffer.size())
+buffer.read_into(memoryview(out)).get(timeout=30)
+print(out.decode())
+"""
+
+SILENT_READER = """
+import ctypes, errno, pickle, sys
+from monarch_rdma import _cma
+handle = pickle.loads(bytes.fromhex(sys.argv[1]))._handle
+cell = (ctypes.c_char * 8)()
+try:
+    _cma.copy(handle.owner.pid, ctypes.addressof(cell), handle.addr, 8, False)
+    print("read")
+except OSError as error:
+    print("EPERM" if error.errno == errno.EPERM else error)
+"""
+
+
+@pytest.mark.skipif(
+    _ptrace.ptrace_scope() != 1,
+    reason=f"Yama ptrace_scope is {_ptrace.ptrace_scope()} here, not 1: without Yama or with "
+    "scope 0 every process of the same user may attach anyway (nothing to restrict); with 2 or "
+    "3 cross-memory attach is off",
+)
+def test_under_yama_only_the_reader_that_asked_can_attach():
+    from monarch_transport import job_secret
+
+    job_secret()  # exported: the three processes are one job
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        pickled = owner.stdout.readline().strip()
+        assert pickle.loads(bytes.fromhex(pickled)).size() > 0
+        run = [sys.executable, "-c"]
+        asked = subprocess.run([*run, ASKING_READER, pickled], capture_output=True, text=True,
+                               timeout=60)  # fmt: skip
+        assert asked.stdout.strip() == "only for the reader that asked", asked.stderr
+        silent = subprocess.run([*run, SILENT_READER, pickled], capture_output=True, text=True,
+                                timeout=60)  # fmt: skip
+        assert silent.stdout.strip() == "EPERM", silent.stderr  # a sibling that did not ask
+    finally:
+        owner.stdin.close()
+        owner.wait(timeout=30)

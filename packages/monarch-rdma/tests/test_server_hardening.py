@@ -1,0 +1,166 @@
+"""The owner's data-plane server against slow, numerous or malformed peers:
+one deadline for the whole handshake, a bound on connections still in their
+handshake, and malformed requests answered (or the connection closed) with
+a log line, while the server keeps serving everyone else."""
+
+import json
+import logging
+import select
+import socket
+import time
+
+import pytest
+
+from monarch_rdma import RDMABuffer, _control, _server, _wire
+
+
+def served(buffer):
+    """A full read through the owner's server (tcp), as any other peer would."""
+    out = bytearray(buffer.size())
+    handle = buffer._handle
+    _control.request(handle, _wire.Op.PING, time.monotonic() + 10)
+    with _control.connection(handle, time.monotonic() + 10) as sock:
+        sock.sendall(_wire.REQUEST.pack(1, 0, handle.buffer_id, handle.token, 0, len(out)))
+        _control.read_answer(sock, handle, time.monotonic() + 10)
+        _wire.recv_into_exact(sock, memoryview(out))
+    return bytes(out)
+
+
+@pytest.fixture
+def buffer():
+    data = bytearray(b"still served")
+    buffer = RDMABuffer(memoryview(data))
+    yield buffer
+    buffer.drop().get()
+
+
+def closed_within(sock, seconds):
+    """Whether the peer closed ``sock`` within ``seconds``."""
+    ready, _, _ = select.select([sock], [], [], seconds)
+    if not ready:
+        return False
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_slow_drip_handshake_is_cut_off_at_one_deadline(buffer, monkeypatch):
+    monkeypatch.setattr(_server, "HANDSHAKE_TIMEOUT", 1.0)
+    hello = _wire.MAGIC + b"\0" * 16
+    with socket.create_connection(buffer._handle.owner.server, timeout=5) as sock:
+        start = time.monotonic()
+        for byte in hello:  # one byte every 0.2 s: each recv is quick, the whole is not
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                break
+            if closed_within(sock, 0.2):
+                break
+        else:
+            pytest.fail("a peer dripping its handshake was never cut off")
+        elapsed = time.monotonic() - start
+    assert 0.8 <= elapsed < 2.5, elapsed  # the deadline of the whole handshake, not per recv
+    assert served(buffer) == b"still served"
+
+
+def test_connections_in_their_handshake_are_bounded(buffer, monkeypatch, caplog):
+    monkeypatch.setattr(_server, "MAX_UNAUTHENTICATED", 2)
+    address = buffer._handle.owner.server
+    idle = [socket.create_connection(address, timeout=5) for _ in range(2)]
+    try:
+        time.sleep(0.3)  # both accepted and in their handshake
+        with caplog.at_level(logging.WARNING, logger="monarch.rdma"):
+            extra = socket.create_connection(address, timeout=5)
+            with extra:
+                assert closed_within(extra, 2.0)  # beyond the bound: closed at once
+        assert "already in their handshake" in caplog.text
+        assert not any(closed_within(sock, 0) for sock in idle)  # the others still wait
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 5
+    while True:  # their threads notice the close and free their slots: new peers get in
+        try:
+            with authenticated(buffer) as sock:
+                send(sock, buffer, _wire.Op.PING, b"")
+                assert recv_answer(sock)[0] == _wire.Status.OK
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    assert served(buffer) == b"still served"
+
+
+def authenticated(buffer):
+    sock = socket.create_connection(buffer._handle.owner.server, timeout=5)
+    _wire.client_handshake(sock)
+    return sock
+
+
+def send(sock, buffer, op, args_bytes, offset=0):
+    handle = buffer._handle
+    header = _wire.REQUEST.pack(op, len(args_bytes), handle.buffer_id, handle.token, offset, 0)
+    sock.sendall(header + args_bytes)
+
+
+def recv_answer(sock):
+    status, msg_len, value = _wire.ANSWER.unpack(_wire.recv_exact(sock, _wire.ANSWER.size))
+    return status, _wire.recv_exact(sock, msg_len).decode(), value
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [(b"{nope", "not JSON"), (b"\xff\xfe", "not JSON"), (b"[1, 2]", "JSON list, not an object")],
+)
+def test_malformed_arguments_are_answered_and_the_server_serves_on(buffer, caplog, args, problem):
+    with caplog.at_level(logging.WARNING, logger="monarch.rdma"), authenticated(buffer) as sock:
+        send(sock, buffer, _wire.Op.PING, args)
+        status, message, _ = recv_answer(sock)
+        assert status == _wire.Status.BAD_REQUEST
+        assert "malformed RDMA data-plane request" in message and problem in message
+        assert closed_within(sock, 5)  # what followed cannot be trusted: closed cleanly
+    assert "bad request" in caplog.text
+    assert served(buffer) == b"still served"
+
+
+def test_oversized_arguments_close_the_connection(buffer, caplog):
+    handle = buffer._handle
+    with caplog.at_level(logging.WARNING, logger="monarch.rdma"), authenticated(buffer) as sock:
+        header = _wire.REQUEST.pack(
+            _wire.Op.PING, _wire.MAX_ARGS + 1, handle.buffer_id, handle.token, 0, 0
+        )
+        sock.sendall(header)
+        status, message, _ = recv_answer(sock)
+        assert status == _wire.Status.BAD_REQUEST and "bytes of arguments" in message
+        assert closed_within(sock, 5)
+    assert served(buffer) == b"still served"
+
+
+def test_bad_arguments_to_an_operation_are_an_error_answer_not_a_dead_thread(buffer, caplog):
+    with caplog.at_level(logging.ERROR, logger="monarch.rdma"), authenticated(buffer) as sock:
+        send(sock, buffer, _wire.Op.FETCH_ADD, json.dumps({"wrong": 1}).encode())
+        status, message, _ = recv_answer(sock)
+        assert status == _wire.Status.FAILED and "KeyError" in message
+        send(sock, buffer, 250, b"")  # an operation nobody serves
+        status, message, _ = recv_answer(sock)
+        assert status == _wire.Status.BAD_REQUEST and "unknown" in message
+        send(sock, buffer, _wire.Op.PING, b"")  # the same connection serves on
+        assert recv_answer(sock)[0] == _wire.Status.OK
+    assert "request 5 failed" in caplog.text  # logged, not silent
+
+
+def test_a_failing_connection_thread_is_logged_and_the_server_serves_on(
+    buffer, monkeypatch, caplog
+):
+    def broken(*args):
+        raise RuntimeError("an unexpected failure inside the server")
+
+    monkeypatch.setattr(_server.DataServer, "_handle", broken)
+    with caplog.at_level(logging.ERROR, logger="monarch.rdma"), authenticated(buffer) as sock:
+        send(sock, buffer, _wire.Op.PING, b"")
+        assert closed_within(sock, 5)
+    assert "connection failed; closing it" in caplog.text
+    monkeypatch.undo()
+    assert served(buffer) == b"still served"

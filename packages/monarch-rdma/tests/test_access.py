@@ -139,6 +139,20 @@ def test_cma_write_reports_a_buffer_dropped_during_it(owner, backend, monkeypatc
         buffer.write_from(memoryview(bytearray(1 << 16))).get(timeout=30)
 
 
+@pytest.mark.parametrize("backend", ["cma"], indirect=True)
+def test_cma_write_in_process_reports_a_buffer_dropped_during_it(backend, monkeypatch):
+    buffer = RDMABuffer(memoryview(bytearray(64)))
+    in_pieces = _cma._in_pieces
+
+    def then_dropped(nbytes, move):
+        in_pieces(nbytes, move)
+        _owner.regions().drop(buffer._handle.buffer_id, buffer._handle.token)
+
+    monkeypatch.setattr(_cma, "_in_pieces", then_dropped)
+    with pytest.raises(RDMABufferDropped, match="while this write was in progress"):
+        buffer.write_from(memoryview(bytearray(64))).get(timeout=30)
+
+
 # -- ibverbs: queue pairs a peer makes the owner create --------------------------------------------
 
 

@@ -186,6 +186,13 @@ def _dropped(handle: Handle) -> RDMABufferDropped:
     )
 
 
+def _dropped_during_write(handle: Handle) -> RDMABufferDropped:
+    return RDMABufferDropped(
+        f"buffer {handle.buffer_id} was dropped (RDMABuffer.drop()) by its owner (pid "
+        f"{handle.owner.pid}) while this write was in progress: the write may not have reached it"
+    )
+
+
 def check_token(handle: Handle, write: bool = False) -> None:
     """The owner still registers the buffer (one 8-byte read of its slot):
     the transfer's one control step. For a write, the token must also say
@@ -301,11 +308,7 @@ class CmaBackend:
         try:
             check_token(handle)
         except RDMABufferDropped as error:
-            raise RDMABufferDropped(
-                f"buffer {handle.buffer_id} was dropped (RDMABuffer.drop()) by its owner "
-                f"(pid {handle.owner.pid}) while this write was in progress: the write may "
-                "not have reached it"
-            ) from error
+            raise _dropped_during_write(handle) from error
 
     @staticmethod
     def _in_process(handle: Handle, local: int, remote: int, nbytes: int, write: bool) -> None:
@@ -321,6 +324,8 @@ class CmaBackend:
             ctypes.memmove(dst + offset, src + offset, length)
 
         _in_pieces(nbytes, move)
+        if write and _owner.regions().lookup(handle.buffer_id, handle.token) is None:
+            raise _dropped_during_write(handle)
 
 
 # -- the owner's side ---------------------------------------------------------------------

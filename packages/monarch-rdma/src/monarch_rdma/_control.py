@@ -30,6 +30,20 @@ __all__ = ["connection", "dedicated", "exchange", "read_answer", "request", "set
 CONNECT_TIMEOUT = 10.0
 
 
+def _open(address: tuple[str, int], deadline: float) -> socket.socket:
+    """A new authenticated connection to the server at ``address``."""
+    timeout = max(0.001, min(CONNECT_TIMEOUT, deadline - time.monotonic()))
+    sock = socket.create_connection(address, timeout=timeout)
+    try:
+        tune(sock)
+        client_handshake(sock)
+        set_deadline(sock, deadline)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class _Pool:
     """Idle authenticated connections, per server address."""
 
@@ -42,15 +56,7 @@ class _Pool:
             idle = self.idle.get(address)
             if idle:
                 return idle.pop()
-        timeout = max(0.001, min(CONNECT_TIMEOUT, deadline - time.monotonic()))
-        sock = socket.create_connection(address, timeout=timeout)
-        try:
-            tune(sock)
-            client_handshake(sock)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
+        return _open(address, deadline)
 
     def release(self, address: tuple[str, int], sock: socket.socket) -> None:
         with self.lock:
@@ -164,11 +170,9 @@ def dedicated(handle: Handle, deadline: float) -> socket.socket:
     for what the owner creates for us and keeps only while the connection
     lives (an ibverbs queue pair). Closing it releases those."""
     try:
-        sock = _Pool().acquire(handle.owner.server, deadline)  # an empty pool: always a new one
-        set_deadline(sock, deadline)
+        return _open(handle.owner.server, deadline)
     except OSError as error:
         raise _wrap(handle, error, deadline) from error
-    return sock
 
 
 def _after_fork() -> None:

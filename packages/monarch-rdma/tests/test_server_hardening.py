@@ -3,6 +3,7 @@ one deadline for the whole handshake, a bound on connections still in their
 handshake, and malformed requests answered (or the connection closed) with
 a log line, while the server keeps serving everyone else."""
 
+import concurrent.futures
 import json
 import logging
 import select
@@ -76,9 +77,17 @@ def test_connections_in_their_handshake_are_bounded(buffer, monkeypatch, caplog)
                 assert closed_within(extra, 2.0)  # beyond the bound: closed at once
         assert "already in their handshake" in caplog.text
         assert not any(closed_within(sock, 0) for sock in idle)  # the others still wait
+        # an honest peer meeting the bound tries again until its deadline, and gets in
+        opened = concurrent.futures.ThreadPoolExecutor(1).submit(
+            _control.dedicated, buffer._handle, time.monotonic() + 10
+        )
+        time.sleep(0.3)
+        assert not opened.done()
     finally:
         for sock in idle:
             sock.close()
+    with opened.result(timeout=10) as sock:
+        _control.exchange(sock, buffer._handle, _wire.Op.PING, time.monotonic() + 5)
     deadline = time.monotonic() + 5
     while True:  # their threads notice the close and free their slots: new peers get in
         try:

@@ -28,20 +28,35 @@ from ._wire import ANSWER, REQUEST, Status, client_handshake, recv_exact, tune
 __all__ = ["connection", "dedicated", "exchange", "read_answer", "request", "set_deadline"]
 
 CONNECT_TIMEOUT = 10.0
+RETRY_FIRST_PAUSE = 0.01  # a connection closed in its handshake is tried again after this
+RETRY_MAX_PAUSE = 0.5
 
 
 def _open(address: tuple[str, int], deadline: float) -> socket.socket:
-    """A new authenticated connection to the server at ``address``."""
-    timeout = max(0.001, min(CONNECT_TIMEOUT, deadline - time.monotonic()))
-    sock = socket.create_connection(address, timeout=timeout)
-    try:
-        tune(sock)
-        client_handshake(sock)
-        set_deadline(sock, deadline)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    """A new authenticated connection to the server at ``address``.
+
+    A server closes new connections at once while too many are in their
+    handshake (see ``_server``); a burst of honest peers may meet that, so a
+    connection closed during the handshake is tried again, with a growing
+    pause, until ``deadline``. A refused connection is not: nobody listens."""
+    pause = RETRY_FIRST_PAUSE
+    while True:
+        timeout = max(0.001, min(CONNECT_TIMEOUT, deadline - time.monotonic()))
+        sock = socket.create_connection(address, timeout=timeout)
+        try:
+            tune(sock)
+            client_handshake(sock)
+            set_deadline(sock, deadline)
+            return sock
+        except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+            sock.close()
+            if time.monotonic() + pause >= deadline:
+                raise
+        except BaseException:
+            sock.close()
+            raise
+        time.sleep(pause)
+        pause = min(pause * 2, RETRY_MAX_PAUSE)
 
 
 class _Pool:

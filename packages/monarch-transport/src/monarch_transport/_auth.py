@@ -6,10 +6,12 @@ bound to nonces of both sides, so a recorded handshake cannot be replayed:
     client -> HELLO      client nonce, client name
     server -> CHALLENGE  server nonce, HMAC(secret, "server" | client nonce | server nonce)
     client -> PROOF      HMAC(secret, "client" | server nonce | client nonce)
-    server -> WELCOME    (or DENIED with the reason, then it closes)
+    server -> WELCOME    flags (or DENIED with the reason, then it closes)
 
 Until WELCOME the server accepts nothing but these steps, so no byte of an
-unauthenticated peer ever reaches the codec.
+unauthenticated peer ever reaches the codec. Both sides then hold the same
+per-connection key (``_integrity.derive_key``); WELCOME's flag byte says
+whether the listener demands that messages be sealed with it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ._errors import AuthenticationError
+from ._integrity import derive_key
 from ._wire import Kind
 
 __all__ = ["ClientHandshake", "ServerHandshake", "job_secret", "SECRET_ENV"]
@@ -30,6 +33,7 @@ SECRET_ENV = "MONARCH_JOB_SECRET"
 NONCE = 16
 PROOF = hashlib.sha256().digest_size
 MAX_NAME = 256
+SEAL = b"\x01"  # WELCOME's flag: seal every message
 
 
 _making = threading.Lock()
@@ -68,14 +72,21 @@ class ServerHandshake:
     nonce: bytes = field(default_factory=lambda: os.urandom(NONCE))
     peer_name: str = ""
     done: bool = False
+    seal: bool = False  # demand sealed messages (told to the peer in WELCOME)
     _client_nonce: bytes = b""
+    _hello: bytes = b""
+
+    @property
+    def key(self) -> bytes:
+        """The connection's integrity key (once ``done``)."""
+        return derive_key(self.secret, self._hello, self.nonce)
 
     def step(self, kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
         payload = bytes(payload)
         if not self._client_nonce:
             if kind != Kind.HELLO or len(payload) < NONCE or len(payload) > NONCE + MAX_NAME:
                 raise AuthenticationError("expected a HELLO from a new connection")
-            self._client_nonce = payload[:NONCE]
+            self._client_nonce, self._hello = payload[:NONCE], payload
             try:
                 self.peer_name = payload[NONCE:].decode()
             except UnicodeDecodeError:
@@ -88,7 +99,7 @@ class ServerHandshake:
         if not hmac.compare_digest(payload, expected):
             raise AuthenticationError("peer does not know this job's secret")
         self.done = True
-        return Kind.WELCOME, b""
+        return Kind.WELCOME, SEAL if self.seal else b""
 
 
 @dataclass
@@ -99,6 +110,13 @@ class ClientHandshake:
     secret: bytes
     name: str = ""
     nonce: bytes = field(default_factory=lambda: os.urandom(NONCE))
+    seal_requested: bool = False  # the listener's WELCOME asked for sealed messages
+    _server_nonce: bytes = b""
+
+    @property
+    def key(self) -> bytes:
+        """The connection's integrity key (once the handshake is through)."""
+        return derive_key(self.secret, self.hello()[1], self._server_nonce)
 
     def hello(self) -> tuple[int, bytes]:
         name = self.name.encode()
@@ -119,10 +137,12 @@ class ClientHandshake:
             raise AuthenticationError(
                 "the listener does not know this job's secret (is it another job's address?)"
             )
+        self._server_nonce = server_nonce
         return Kind.PROOF, _mac(self.secret, b"client", server_nonce, self.nonce)
 
     def check(self, kind: int, payload: bytes | memoryview) -> None:
         if kind == Kind.WELCOME:
+            self.seal_requested = bytes(payload[:1]) == SEAL
             return
         if kind == Kind.DENIED:
             raise AuthenticationError(

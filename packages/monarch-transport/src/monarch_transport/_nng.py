@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,10 +34,11 @@ from ._errors import (
     PeerDisconnected,
 )
 from ._event_queue import EventQueue, QueuedListener
+from ._integrity import Opener, Sealer, required
 from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._registry import register_backend
 from ._settings import Settings
-from ._wire import Kind, join, split
+from ._wire import HANDSHAKE_MAX, Kind, join, split
 
 __all__ = ["NngTransport"]
 
@@ -79,6 +81,7 @@ class _Pipe:
     pipe: pynng.Pipe
     handshake: ServerHandshake
     peer: Peer | None = None
+    opener: Opener | None = None  # once authenticated
 
 
 class NngListener(QueuedListener):
@@ -91,6 +94,9 @@ class NngListener(QueuedListener):
         self._gone: set[int] = set()
         self._leaving: set[int] = set()  # departures waiting for their grace read
         self._closed = False
+        # nng gives no pipe's address reliably, so sealing is decided by the
+        # listening one: a loopback listener has loopback peers only
+        self._seal = required(settings.integrity, address.scheme, address.host)
         self._sock = pynng.Pair1(
             polyamorous=True,
             recv_max_size=settings.max_message_size + OVERHEAD,
@@ -124,11 +130,17 @@ class NngListener(QueuedListener):
             return None  # reported as departed: nothing more of it counts
         state = self._pipes.get(pipe.id)
         if state is None:
-            state = self._pipes[pipe.id] = _Pipe(pipe, ServerHandshake(self._settings.secret))
+            handshake = ServerHandshake(self._settings.secret, seal=self._seal)
+            state = self._pipes[pipe.id] = _Pipe(pipe, handshake)
         return state
 
     def _connected(self, pipe: pynng.Pipe) -> None:
-        self._state(pipe)
+        waiting = sum(state.peer is None for state in self._pipes.values())
+        state = self._state(pipe)
+        crowded = waiting >= self._settings.max_unauthenticated
+        if state is not None and state.peer is None and crowded:
+            self._reject(state, f"{waiting} connections are already authenticating")
+            return
         self._loop.call_later(self._settings.handshake_timeout, self._deadline, pipe.id)
 
     def _deadline(self, pipe_id: int) -> None:
@@ -190,16 +202,30 @@ class NngListener(QueuedListener):
         state = self._state(msg.pipe)
         if state is None:
             return False
+        # before the handshake is through only its small steps are read
+        limit = HANDSHAKE_MAX if state.peer is None else self._settings.max_message_size
         try:
-            kind, frames = split(msg.bytes, self._settings.max_message_size)
+            kind, frames = split(msg.bytes, limit)
         except (DecodeError, MessageTooLarge) as error:
             self._reject(state, f"malformed message: {error}")
             return False
         if state.peer is None:
             self._authenticate(state, kind, frames)
-        elif kind == Kind.DATA:
+            return False
+        if kind & Kind.SEALED and state.opener is not None:
+            kind &= ~Kind.SEALED
+            try:
+                state.opener.check(kind, frames[:-1], frames[-1])
+            except AuthenticationError as error:
+                self._reject(state, str(error))
+                return False
+            frames.pop()
+        elif state.handshake.seal:
+            self._reject(state, f"unsealed message kind {kind} after the handshake")
+            return False
+        if kind == Kind.DATA:
             return self._queue.put(Received(state.peer, frames))
-        elif kind == Kind.BYE:
+        if kind == Kind.BYE:
             self._reply(state, Kind.BYE_ACK, b"")
         else:
             self._reject(state, f"unexpected message kind {kind} after the handshake")
@@ -218,6 +244,7 @@ class NngListener(QueuedListener):
             self._reject(state, "does not read the handshake's replies")
         elif state.handshake.done:
             state.peer = Peer(next(self._ids), state.handshake.peer_name)
+            state.opener = Opener(state.handshake.key)
 
     def _reply(self, state: _Pipe, kind: int, payload: bytes) -> bool:
         """Answer one pipe without blocking the loop; whether it could be sent."""
@@ -267,10 +294,16 @@ def _close_pipe(pipe: pynng.Pipe) -> None:
 
 
 class NngSender(Sender):
-    def __init__(self, address: Address, settings: Settings, sock: pynng.Socket) -> None:
+    def __init__(
+        self, address: Address, settings: Settings, sock: pynng.Socket, sealer: Sealer | None
+    ) -> None:
         self.address = address
         self._settings = settings
         self._sock = sock
+        self._sealer = sealer
+        # a sequence number is taken and its message handed to nng together,
+        # whichever thread sends: the listener checks them in that order
+        self._order = threading.Lock()
         self._loop = asyncio.get_running_loop()
         self._lock = asyncio.Lock()
         self._busy = 0  # sends waiting in a worker thread; later sends queue behind them
@@ -296,40 +329,68 @@ class NngSender(Sender):
             raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")
         if self._busy:
             return False
-        data = join(Kind.DATA, frames, self._settings.max_message_size)
-        try:
-            self._sock.send(data, block=False)
-        except pynng.TryAgain:
-            return False
-        except pynng.Closed:
-            raise PeerDisconnected(f"connection to {self.address} is closed") from None
+        with self._order:
+            data = self._join(Kind.DATA, frames)
+            try:
+                self._sock.send(data, block=False)
+            except pynng.TryAgain:
+                self._unseal()
+                return False
+            except pynng.Closed:
+                raise PeerDisconnected(f"connection to {self.address} is closed") from None
         return True
+
+    def _join(self, kind: int, frames: Sequence[Buffer]) -> bytes:
+        """The message as nng takes it, sealed (taking the next sequence
+        number) when this connection seals."""
+        if self._sealer is not None:
+            join(kind, frames, self._settings.max_message_size)  # too large: raise first
+            frames = [*frames, self._sealer.seal(kind, frames)]
+            kind |= Kind.SEALED
+        return join(kind, frames, self._settings.max_message_size)
+
+    def _unseal(self) -> None:
+        if self._sealer is not None:
+            self._sealer.unseal()
 
     def send_threadsafe(self, frames: Sequence[Buffer]) -> bool:
         # nng sockets may be used from any thread; order holds while no send
         # of ours waits in a worker thread (``_busy``)
         if self._reason is not None or self._busy:
             return False
-        try:
-            data = join(Kind.DATA, frames, self._settings.max_message_size)
-            self._sock.send(data, block=False)
-        except (pynng.NNGException, MessageTooLarge):
+        if not self._order.acquire(blocking=False):
             return False
+        try:
+            if self._busy:  # the loop queued one meanwhile: it goes first
+                return False
+            try:
+                data = self._join(Kind.DATA, frames)
+            except MessageTooLarge:
+                return False
+            try:
+                self._sock.send(data, block=False)
+            except pynng.NNGException:
+                self._unseal()
+                return False
+        finally:
+            self._order.release()
         return True
 
     async def send(self, frames: Sequence[Buffer]) -> None:
         if self._reason is not None:
             raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")
-        data = join(Kind.DATA, frames, self._settings.max_message_size)
-        if not self._busy:
-            try:
-                self._sock.send(data, block=False)
-                return
-            except pynng.TryAgain:
-                pass
-            except pynng.Closed:
-                raise PeerDisconnected(f"connection to {self.address} is closed") from None
-        self._busy += 1
+        with self._order:
+            data = self._join(Kind.DATA, frames)
+            if not self._busy:
+                try:
+                    self._sock.send(data, block=False)
+                    return
+                except pynng.TryAgain:
+                    pass
+                except pynng.Closed:
+                    raise PeerDisconnected(f"connection to {self.address} is closed") from None
+            # sealed already: later sends see ``_busy`` and queue behind this one
+            self._busy += 1
         try:
             async with self._lock:
                 await anyio.to_thread.run_sync(self._blocking_send, data)
@@ -365,7 +426,8 @@ class NngSender(Sender):
         everything sent before it has been read, then close."""
         try:
             self._sock.recv_timeout = self._sock.send_timeout = BYE_TIMEOUT_MS
-            self._sock.send(join(Kind.BYE, [], 1 << 16))
+            with self._order:
+                self._sock.send(self._join(Kind.BYE, []))
             while split(self._sock.recv(), 1 << 16)[0] != Kind.BYE_ACK:
                 pass
         except (pynng.NNGException, DecodeError, MessageTooLarge):
@@ -381,11 +443,14 @@ class NngTransport(Transport):
         return NngListener(address, settings)
 
     async def connect(self, address: Address, settings: Settings) -> Sender:
-        sock = await anyio.to_thread.run_sync(_dial_and_authenticate, address, settings)
-        return NngSender(address, settings, sock)
+        sock, client = await anyio.to_thread.run_sync(_dial_and_authenticate, address, settings)
+        seal = client.seal_requested or settings.integrity == "always"
+        return NngSender(address, settings, sock, Sealer(client.key) if seal else None)
 
 
-def _dial_and_authenticate(address: Address, settings: Settings) -> pynng.Pair1:
+def _dial_and_authenticate(
+    address: Address, settings: Settings
+) -> tuple[pynng.Pair1, ClientHandshake]:
     sock = pynng.Pair1(recv_max_size=1 << 16, **_tls(address, settings, server=False))
     sock.recv_timeout = int(settings.handshake_timeout * 1000)
     sock.send_timeout = int(settings.handshake_timeout * 1000)
@@ -406,7 +471,7 @@ def _dial_and_authenticate(address: Address, settings: Settings) -> pynng.Pair1:
         raise
     sock.recv_timeout = -1
     sock.send_timeout = -1
-    return sock
+    return sock, client
 
 
 def _send(sock: pynng.Socket, kind: int, payload: bytes) -> None:

@@ -11,11 +11,22 @@ from typing import Final
 from ._address import Address
 from ._auth import job_secret
 from ._errors import TransportError
+from ._integrity import MODES, default_mode
 
-__all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_ENV", "TLS_ENV", "Settings", "TlsFiles"]
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "DEFAULT_MAX_UNAUTHENTICATED",
+    "MAX_SIZE_ENV",
+    "TLS_ENV",
+    "Settings",
+    "TlsFiles",
+]
 
 MAX_SIZE_ENV: Final = "MONARCH_MAX_MESSAGE_SIZE"
 DEFAULT_MAX_SIZE: Final = 4 << 30  # 4 GiB
+# connections still authenticating that a listener holds at once; a real peer
+# is past the handshake within a round trip, so 64 only fills up under attack
+DEFAULT_MAX_UNAUTHENTICATED: Final = 64
 TLS_ENV: Final = ("HYPERACTOR_TLS_CA", "HYPERACTOR_TLS_CERT", "HYPERACTOR_TLS_KEY")
 
 
@@ -69,7 +80,12 @@ class Settings:
     by default); ``handshake_timeout``: seconds a peer gets to authenticate;
     ``queue_depth``: messages a listener buffers before its senders wait;
     ``name``: how a sender introduces itself to the listener; ``tls``: the
-    certificates for ``tls+tcp://`` addresses (``$HYPERACTOR_TLS_*`` by default).
+    certificates for ``tls+tcp://`` addresses (``$HYPERACTOR_TLS_*`` by default);
+    ``integrity``: when messages after the handshake carry a MAC (``always``;
+    ``auto``, the default: except over TLS, Unix sockets and loopback TCP;
+    ``off``: never demanded by this listener), from
+    ``$MONARCH_TRANSPORT_INTEGRITY``; ``max_unauthenticated``: connections a
+    listener lets authenticate at once (more are closed at once).
     """
 
     secret: bytes = field(default_factory=job_secret)
@@ -78,6 +94,16 @@ class Settings:
     queue_depth: int = 1024
     name: str = ""
     tls: TlsFiles | None = field(default_factory=TlsFiles.from_env)
+    integrity: str = field(default_factory=default_mode)
+    max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
+
+    def __post_init__(self) -> None:
+        if self.integrity not in MODES:
+            raise TransportError(
+                f"integrity must be one of {', '.join(MODES)}, got {self.integrity!r}"
+            )
+        if self.max_unauthenticated < 1:
+            raise TransportError("max_unauthenticated must be at least 1")
 
     def tls_files(self, address: Address) -> TlsFiles:
         """The TLS files for ``address``; a clear error when there are none."""

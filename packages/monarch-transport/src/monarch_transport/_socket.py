@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import ssl
+import threading
 from collections.abc import Callable, Sequence
 
 from ._address import Address
@@ -31,11 +32,12 @@ from ._errors import (
     TransportError,
 )
 from ._event_queue import EventQueue, QueuedListener
+from ._integrity import Opener, Sealer, required
 from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import wake
 from ._registry import register_backend
 from ._settings import Settings
-from ._wire import HEAD, MAX_FRAMES, Kind, prefix, read_lengths
+from ._wire import HANDSHAKE_MAX, HEAD, MAX_FRAMES, Kind, prefix, read_lengths
 
 __all__ = ["SocketTransport"]
 
@@ -58,6 +60,8 @@ class _Framer:
 
     def __init__(self, max_size: int, on_message: Callable[[int, list[memoryview]], None]) -> None:
         self._max = max_size
+        self._max_frames = MAX_FRAMES + 1  # + 1: a sealed message's tag
+        self._kinds: frozenset[int] | None = None  # None: any kind the wire knows
         self._on_message = on_message
         self._buf = bytearray(READ_BUFFER)
         self._start = 0
@@ -65,6 +69,12 @@ class _Framer:
         self._head: tuple[int, list[int], list[memoryview]] | None = None
         self._direct: memoryview | None = None  # a large frame being filled in place
         self._filled = 0
+
+    def limit(self, max_size: int, max_frames: int, kinds: frozenset[int] | None) -> None:
+        """What the next messages may be. Checked as soon as each byte that
+        could break it arrives, so a peer is refused on its first wrong byte,
+        not after the bytes it announced."""
+        self._max, self._max_frames, self._kinds = max_size, max_frames, kinds
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._direct is not None:
@@ -104,10 +114,16 @@ class _Framer:
     def _parse(self) -> None:
         while True:
             if self._head is None:
+                if (
+                    self._kinds is not None
+                    and self._end > self._start
+                    and self._buf[self._start] not in self._kinds
+                ):
+                    raise DecodeError(f"unexpected message kind {self._buf[self._start]}")
                 if not self._available(HEAD.size):
                     return
                 kind, count = HEAD.unpack_from(self._buf, self._start)
-                if count > MAX_FRAMES:
+                if count > self._max_frames:
                     raise DecodeError(f"message announces {count} frames")
                 table = HEAD.size + 8 * count
                 if not self._available(table):
@@ -139,8 +155,16 @@ class _Framer:
             self._on_message(kind, frames)
 
 
-def _encode(kind: int, frames: Sequence[Buffer], max_size: int) -> list[Buffer]:
-    """What to write: one joined buffer when small, else the prefix and frames."""
+def _encode(
+    kind: int, frames: Sequence[Buffer], max_size: int, sealer: Sealer | None = None
+) -> list[Buffer]:
+    """What to write: one joined buffer when small, else the prefix and frames.
+    With a ``sealer`` the message takes the next sequence number and carries
+    its tag as a last frame."""
+    if sealer is not None:
+        prefix(kind, frames, max_size)  # too large: raise before taking a number
+        frames = [*frames, sealer.seal(kind, frames)]
+        kind |= Kind.SEALED
     head = prefix(kind, frames, max_size)
     if len(head) + sum(memoryview(f).nbytes for f in frames) <= SMALL:
         return [b"".join([head, *frames])]
@@ -159,9 +183,13 @@ class _Connection(asyncio.BufferedProtocol):
         self.on_message: Callable[[int, list[memoryview]], None] = _ignore
         self.on_lost: Callable[[str], None] = _ignore
         self.reason: str | None = None
+        self.refuse: str | None = None  # close at once on arrival, for this reason
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        if self.refuse is not None:
+            self.close(self.refuse)
+            return
         transport.set_write_buffer_limits(high=4 * CHUNK)  # type: ignore[attr-defined]
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -237,6 +265,7 @@ class SocketListener(QueuedListener):
         self._queue = EventQueue(settings.queue_depth)
         self._ids = itertools.count(1)
         self._connections: set[_Connection] = set()
+        self._unauthenticated = 0  # connections still in their handshake
         self._server: asyncio.Server | None = None
         self._closed = False
 
@@ -248,20 +277,42 @@ class SocketListener(QueuedListener):
             self.address = self.address.with_port(sock.getsockname()[1])
 
     def _accept(self) -> _Connection:
-        conn = _Connection(self._settings.max_message_size)
+        # until it authenticates a peer may send only the handshake's steps,
+        # each one small frame: nothing larger is ever allocated for it
+        conn = _Connection(HANDSHAKE_MAX)
+        conn.framer.limit(HANDSHAKE_MAX, 1, frozenset({Kind.HELLO}))
+        if self._unauthenticated >= self._settings.max_unauthenticated:
+            conn.refuse = (
+                f"{self._unauthenticated} connections are already authenticating "
+                "(max_unauthenticated)"
+            )
+            conn.on_lost = lambda reason: log.warning(
+                "refusing a connection on %s: %s", self.address, reason
+            )
+            return conn
+        self._unauthenticated += 1
         handshake = ServerHandshake(self._settings.secret)
         peer: Peer | None = None
+        opener: Opener | None = None
         loop = asyncio.get_running_loop()
         deadline = loop.call_later(
             self._settings.handshake_timeout, conn.close, "did not authenticate in time"
         )
 
         def on_message(kind: int, frames: list[memoryview]) -> None:
-            nonlocal peer
+            nonlocal peer, opener
             if peer is not None:
-                if kind != Kind.DATA:
-                    conn.close(f"protocol error: message kind {kind} after the handshake")
-                elif self._queue.put(Received(peer, frames)) and conn.transport is not None:
+                if kind == Kind.DATA | Kind.SEALED and opener is not None:
+                    try:
+                        opener.check(Kind.DATA, frames[:-1], frames[-1])
+                    except AuthenticationError as error:
+                        conn.close(f"protocol error: {error}")
+                        return
+                    frames.pop()
+                elif kind != Kind.DATA or handshake.seal:
+                    conn.close(f"protocol error: unsealed message kind {kind} after the handshake")
+                    return
+                if self._queue.put(Received(peer, frames)) and conn.transport is not None:
                     conn.transport.pause_reading()  # until the consumer catches up
                     self._queue.when_room(conn.transport.resume_reading)
                 return
@@ -276,11 +327,23 @@ class SocketListener(QueuedListener):
             conn.write(reply[0], [reply[1]], 1 << 16)
             if handshake.done:
                 deadline.cancel()
+                self._unauthenticated -= 1
                 peer = Peer(next(self._ids), handshake.peer_name)
+                opener = Opener(handshake.key)
+                conn.framer.limit(
+                    self._settings.max_message_size,
+                    MAX_FRAMES + 1,
+                    frozenset({Kind.DATA, Kind.DATA | Kind.SEALED}),
+                )
+            else:
+                conn.framer.limit(HANDSHAKE_MAX, 1, frozenset({Kind.PROOF}))
+                handshake.seal = _demands_seal(self._settings, conn)
 
         def on_lost(reason: str) -> None:
             deadline.cancel()
             self._connections.discard(conn)
+            if peer is None:
+                self._unauthenticated -= 1
             if peer is None or reason.startswith(("protocol error", "authentication", "did not")):
                 log.warning(
                     "closing a connection on %s (%s): %s",
@@ -309,11 +372,32 @@ class SocketListener(QueuedListener):
         self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
 
 
+def _demands_seal(settings: Settings, conn: _Connection) -> bool:
+    """Whether this listener demands sealed messages on ``conn``: by the
+    peer's real address, so a loopback peer of a wildcard listener is spared
+    and a remote one is not."""
+    transport = conn.transport
+    if transport is None:
+        return True
+    if transport.get_extra_info("sslcontext") is not None:
+        return required(settings.integrity, "tls", "")
+    peer = transport.get_extra_info("peername")
+    if not isinstance(peer, tuple):  # a Unix socket's peer is a path (or empty)
+        return required(settings.integrity, "ipc", "")
+    return required(settings.integrity, "tcp", str(peer[0]))
+
+
 class SocketSender(Sender):
-    def __init__(self, address: Address, settings: Settings, conn: _Connection) -> None:
+    def __init__(
+        self, address: Address, settings: Settings, conn: _Connection, sealer: Sealer | None = None
+    ) -> None:
         self.address = address
         self._settings = settings
         self._conn = conn
+        self._sealer = sealer
+        # taking a sequence number and writing its message happen together,
+        # whichever thread sends: the listener checks them in wire order
+        self._order = threading.Lock()
         self._lock = asyncio.Lock()
         self._gone = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -344,21 +428,34 @@ class SocketSender(Sender):
             or transport.get_write_buffer_size()
         ):
             return False
-        try:
-            pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
-        except MessageTooLarge:
-            return False  # the loop's send says so
-        if len(pieces) != 1:
-            return False  # a large message goes out in chunks, by the loop
-        data = pieces[0]
-        try:
-            written = os.write(self._fd, data)
-        except OSError:  # EAGAIN: the kernel is full; anything else: the loop finds out
+        if not self._order.acquire(blocking=False):
             return False
+        try:
+            if self._lock.locked():  # the loop took it meanwhile: its message goes first
+                return False
+            try:
+                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
+            except MessageTooLarge:
+                return False  # the loop's send says so
+            if len(pieces) != 1:
+                self._unseal()
+                return False  # a large message goes out in chunks, by the loop
+            data = pieces[0]
+            try:
+                written = os.write(self._fd, data)
+            except OSError:  # EAGAIN: the kernel is full; anything else: the loop finds out
+                self._unseal()
+                return False
+        finally:
+            self._order.release()
         if written < len(data):
             self._rest.append(memoryview(data)[written:])
             self._loop.call_soon_threadsafe(self._finish_rest)
         return True
+
+    def _unseal(self) -> None:
+        if self._sealer is not None:
+            self._sealer.unseal()
 
     def _finish_rest(self) -> None:
         """On the loop: hand what other threads left unwritten to the
@@ -375,10 +472,12 @@ class SocketSender(Sender):
         transport = conn.transport
         if conn.paused or self._lock.locked() or conn.reason or transport is None:
             return False
-        pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
-        if len(pieces) != 1:
-            return False
-        transport.write(pieces[0])
+        with self._order:
+            pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
+            if len(pieces) != 1:
+                self._unseal()
+                return False
+            transport.write(pieces[0])
         return True
 
     def send_many_nowait(self, messages: Sequence[Sequence[Buffer]]) -> int:
@@ -388,25 +487,33 @@ class SocketSender(Sender):
         if conn.paused or self._lock.locked() or conn.reason or transport is None:
             return 0
         chunks = []
-        for frames in messages:
-            pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
-            if len(pieces) != 1:
-                break  # a large message goes out in chunks, by send()
-            chunks.append(pieces[0])
-        if chunks:
-            transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        with self._order:
+            for frames in messages:
+                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
+                if len(pieces) != 1:
+                    self._unseal()
+                    break  # a large message goes out in chunks, by send()
+                chunks.append(pieces[0])
+            if chunks:
+                transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         return len(chunks)
 
     async def send(self, frames: Sequence[Buffer]) -> None:
         self._finish_rest()
         conn = self._conn
-        pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
         transport = conn.transport
         idle = not (conn.paused or self._lock.locked() or conn.reason)
-        if len(pieces) == 1 and idle and transport is not None:
-            transport.write(pieces[0])  # the common case: one small write, nobody waiting
-            return
+        if idle and transport is not None:
+            with self._order:
+                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
+                if len(pieces) == 1:
+                    transport.write(pieces[0])  # the common case: one small write, nobody waiting
+                    return
+                self._unseal()
         async with self._lock:  # a large message goes out in chunks; others wait their turn
+            # sealed in turn: no message takes a number until this one is out
+            with self._order:
+                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
             for piece in pieces:
                 view = memoryview(piece).cast("B")
                 for start in range(0, max(view.nbytes, 1), CHUNK):
@@ -490,14 +597,15 @@ class SocketTransport(Transport):
                 raise AuthenticationError("handshake messages carry exactly one frame")
             return kind, frames[0]
 
-        async def handshake() -> None:
+        async def handshake() -> ClientHandshake:
             client = ClientHandshake(settings.secret, settings.name)
             conn.write(*_one(client.hello()))
             conn.write(*_one(client.answer(*await reply())))
             client.check(*await reply())
+            return client
 
         try:
-            await asyncio.wait_for(handshake(), settings.handshake_timeout)
+            client = await asyncio.wait_for(handshake(), settings.handshake_timeout)
         except TimeoutError as error:
             conn.close("handshake timed out")
             raise AuthenticationError(
@@ -506,7 +614,8 @@ class SocketTransport(Transport):
         except BaseException:
             conn.close("handshake failed")
             raise
-        return SocketSender(address, settings, conn)
+        seal = client.seal_requested or settings.integrity == "always"
+        return SocketSender(address, settings, conn, Sealer(client.key) if seal else None)
 
 
 def _ssl_context(address: Address, settings: Settings, *, server: bool) -> ssl.SSLContext | None:

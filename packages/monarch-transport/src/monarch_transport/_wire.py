@@ -16,12 +16,15 @@ from typing import Final
 
 from ._errors import DecodeError, MessageTooLarge
 
-__all__ = ["HEAD", "MAX_FRAMES", "Kind", "join", "prefix", "split"]
+__all__ = ["HANDSHAKE_MAX", "HEAD", "MAX_FRAMES", "Kind", "join", "prefix", "split"]
 
 Buffer = bytes | bytearray | memoryview
 
 HEAD: Final = struct.Struct("<BI")
 MAX_FRAMES: Final = 1 << 16  # more frames than this in one message is garbage, not data
+# the largest handshake message (a HELLO: nonce and a name of at most 256
+# bytes); until a peer has authenticated nothing larger is read from it
+HANDSHAKE_MAX: Final = 512
 
 
 class Kind:
@@ -35,7 +38,8 @@ class Kind:
     BYE: Final = 6  # a sender is done; the listener answers once all before it is read
     BYE_ACK: Final = 7
     DATA: Final = 16
-    ALL: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 16})
+    SEALED: Final = 0x80  # flag: the message's last frame is its integrity tag
+    ALL: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 16, 0x80 | 6, 0x80 | 16})
 
 
 def prefix(kind: int, frames: Sequence[Buffer], max_size: int) -> bytes:
@@ -61,7 +65,7 @@ def read_lengths(kind: int, count: int, lengths_bytes: Buffer, max_size: int) ->
     """Validate a message's head; the frame lengths it announces."""
     if kind not in Kind.ALL:
         raise DecodeError(f"unknown message kind {kind}")
-    if count > MAX_FRAMES:
+    if count > MAX_FRAMES + 1:  # + 1: a sealed message's tag
         raise DecodeError(f"message announces {count} frames; at most {MAX_FRAMES} allowed")
     lengths = list(struct.unpack(f"<{count}Q", lengths_bytes))
     total = sum(lengths)

@@ -1,0 +1,142 @@
+"""Integrity after the handshake: every message a sender sends is MACed.
+
+The handshake proves both sides know the job's secret, but proves nothing
+about the bytes that follow it: a relay that does not know the secret could
+forward a real handshake and then inject or rewrite messages. So both sides
+derive a per-connection key from the secret and the handshake's messages
+(HKDF-SHA256), and the sender appends to every message a keyed BLAKE2b tag
+over an implicit sequence number, the kind and every frame. The receiver
+keeps its own count, so a rewritten, injected, replayed, reordered or dropped
+message fails its check, and the connection closes before any of it is
+delivered.
+
+Only sender-to-listener messages carry data, so only that direction is
+sealed; the listener's answers (handshake steps, nng's BYE_ACK) can at worst
+make a sender close, which an on-path relay can do anyway by cutting the
+connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import struct
+from collections.abc import Sequence
+from typing import Final
+
+from ._errors import AuthenticationError, TransportError
+
+__all__ = [
+    "INTEGRITY_ENV",
+    "MODES",
+    "TAG",
+    "IntegrityError",
+    "Opener",
+    "Sealer",
+    "default_mode",
+    "derive_key",
+    "required",
+]
+
+INTEGRITY_ENV: Final = "MONARCH_TRANSPORT_INTEGRITY"
+MODES: Final = ("always", "auto", "off")
+TAG: Final = 16  # bytes of BLAKE2b tag: forging one blindly is a 2**-128 chance
+_SEQ = struct.Struct("<QBI")  # sequence number, kind, frame count
+_LENGTH = struct.Struct("<Q")
+
+Buffer = bytes | bytearray | memoryview
+
+
+class IntegrityError(AuthenticationError):
+    """A message after the handshake failed its integrity check."""
+
+
+def default_mode() -> str:
+    """``$MONARCH_TRANSPORT_INTEGRITY`` (``always``, ``auto`` or ``off``); ``auto``
+    when unset."""
+    mode = os.environ.get(INTEGRITY_ENV, "auto")
+    if mode not in MODES:
+        raise TransportError(f"{INTEGRITY_ENV} must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def required(mode: str, scheme: str, host: str) -> bool:
+    """Whether a listener demands sealed messages from a peer reached over
+    ``scheme`` at ``host`` (the peer's address, or the listening one).
+
+    ``auto`` spares TLS (it has its own integrity), Unix sockets and loopback
+    TCP: on those only processes of this host are on the path, and
+    docs/concepts/transports.md says why a MAC adds little against them.
+    """
+    if mode == "always":
+        return True
+    if mode == "off" or scheme in ("tls", "ipc", "inproc"):
+        return False
+    return not _is_loopback(host)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]").partition("%")[0])
+    except ValueError:
+        return False  # a name or a wildcard: it may be reached from anywhere
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def derive_key(secret: bytes, hello: bytes, server_nonce: bytes) -> bytes:
+    """HKDF-SHA256 (RFC 5869) of the secret, salted with both nonces. The
+    whole HELLO goes in, so a relay that renames the peer gets a connection
+    whose first message fails its check."""
+    prk = hmac.new(hello + server_nonce, secret, hashlib.sha256).digest()
+    return hmac.new(prk, b"monarch-transport sender-to-listener v1\x01", hashlib.sha256).digest()
+
+
+def _tag(key: bytes, seq: int, kind: int, frames: Sequence[Buffer]) -> bytes:
+    mac = hashlib.blake2b(key=key, digest_size=TAG)
+    mac.update(_SEQ.pack(seq, kind, len(frames)))
+    # lengths first: frame boundaries are bound, not just the concatenation
+    for frame in frames:
+        mac.update(_LENGTH.pack(memoryview(frame).nbytes))
+    for frame in frames:
+        mac.update(frame)  # hashlib reads the buffer in place: no copy
+    return mac.digest()
+
+
+class Sealer:
+    """The sending side: ``seal`` the next message's tag (taking its sequence
+    number); ``unseal`` gives the number back when that message is not sent
+    after all (it must be the last one sealed)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._seq = 0
+
+    def seal(self, kind: int, frames: Sequence[Buffer]) -> bytes:
+        tag = _tag(self._key, self._seq, kind, frames)
+        self._seq += 1
+        return tag
+
+    def unseal(self) -> None:
+        self._seq -= 1
+
+
+class Opener:
+    """The receiving side: ``check`` each message in the order it arrived."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._seq = 0
+
+    def check(self, kind: int, frames: Sequence[Buffer], tag: Buffer) -> None:
+        expected = _tag(self._key, self._seq, kind, frames)
+        if memoryview(tag).nbytes != TAG or not hmac.compare_digest(expected, bytes(tag)):
+            raise IntegrityError(
+                f"message {self._seq} after the handshake failed its integrity check "
+                "(altered, injected, replayed, reordered or following a dropped one)"
+            )
+        self._seq += 1

@@ -1,0 +1,223 @@
+"""An on-path relay that does not know the secret, between a real sender and
+a real listener over TCP: it forwards the real handshake, then rewrites,
+drops, replays, reorders or injects a message. The listener must close the
+connection, log it, and deliver nothing tampered (earlier messages are fine);
+a relay that only forwards must go unnoticed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+from collections.abc import Callable
+
+import pytest
+
+from monarch_transport import Address, PeerLeft, Received, Settings
+from monarch_transport._integrity import TAG, Opener, Sealer, derive_key, required
+from monarch_transport._nng import NngTransport
+from monarch_transport._socket import SocketTransport
+from monarch_transport._wire import Kind, join
+
+pytestmark = pytest.mark.anyio
+SECRET = b"s" * 32
+HANDSHAKE = 2  # messages the sender sends before its data: HELLO, PROOF
+SP_HEADER = 8  # nng's own greeting, before its length-prefixed messages
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def read_message(reader: asyncio.StreamReader, nng: bool) -> bytes:
+    """One whole sender-to-listener message, exactly as it crossed the wire."""
+    if nng:  # nng: a big-endian u64 length, then our message
+        size = await reader.readexactly(8)
+        return size + await reader.readexactly(struct.unpack(">Q", size)[0])
+    head = await reader.readexactly(5)
+    count = struct.unpack_from("<I", head, 1)[0]
+    table = await reader.readexactly(8 * count)
+    body = await reader.readexactly(sum(struct.unpack(f"<{count}Q", table)))
+    return head + table + body
+
+
+def forged(template: bytes, nng: bool) -> bytes:
+    """A sealed-looking message of the relay's own making (it cannot know the key)."""
+    message = join(Kind.DATA | Kind.SEALED, [b"forged", os.urandom(TAG)], 1 << 20)
+    return wrap(template, message, nng)
+
+
+def wrap(template: bytes, message: bytes, nng: bool) -> bytes:
+    """``message`` as it would cross the wire; on nng its length and PAIR1's
+    4-byte header (copied from a real message) go first."""
+    if not nng:
+        return message
+    return struct.pack(">Q", len(message) + 4) + template[8:12] + message
+
+
+def flip(message: bytes) -> bytes:
+    spot = len(message) - TAG - 1  # the last payload byte, just before the tag
+    return message[:spot] + bytes([message[spot] ^ 1]) + message[spot + 1 :]
+
+
+# each: the data messages as sent (m0, m1, m2) -> what the relay forwards
+TAMPERING: dict[str, Callable[[list[bytes], bool], list[bytes]]] = {
+    "relay": lambda m, nng: m,
+    "rewrite": lambda m, nng: [m[0], flip(m[1]), m[2]],
+    "drop": lambda m, nng: [m[0], m[2]],
+    "replay": lambda m, nng: [m[0], m[0], m[1], m[2]],
+    "reorder": lambda m, nng: [m[1], m[0], m[2]],
+    "inject": lambda m, nng: [forged(m[0], nng), *m],
+}
+DELIVERED = {  # what the listener may hand on, in order
+    "relay": [b"m0", b"m1", b"m2"],
+    "rewrite": [b"m0"],
+    "drop": [b"m0"],
+    "replay": [b"m0"],
+    "reorder": [],
+    "inject": [],
+}
+
+
+async def start_relay(upstream: Address, nng: bool, tamper) -> tuple[asyncio.Server, int]:
+    async def serve(client_r, client_w):
+        up_r, up_w = await asyncio.open_connection(upstream.host, upstream.port)
+
+        async def back():  # listener -> sender: forwarded as it comes
+            while data := await up_r.read(1 << 16):
+                client_w.write(data)
+            client_w.close()
+
+        backwards = asyncio.create_task(back())
+        try:
+            if nng:
+                up_w.write(await client_r.readexactly(SP_HEADER))
+            for _ in range(HANDSHAKE):  # the real handshake, untouched
+                up_w.write(await read_message(client_r, nng))
+            data = [await read_message(client_r, nng) for _ in range(3)]
+            for message in tamper(data, nng):
+                up_w.write(message)
+                await up_w.drain()
+                await asyncio.sleep(0.02)  # one at a time, so the cut is clean
+            while rest := await client_r.read(1 << 16):
+                up_w.write(rest)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            await asyncio.sleep(1.5)
+            up_w.close()
+            backwards.cancel()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("transport_cls", [SocketTransport, NngTransport], ids=["socket", "nng"])
+@pytest.mark.parametrize("attack", sorted(TAMPERING))
+async def test_relay_cannot_tamper(transport_cls, attack, caplog):
+    nng = transport_cls is NngTransport
+    transport = transport_cls()
+    settings = Settings(secret=SECRET, integrity="always", name="real")
+    caplog.set_level(logging.WARNING, logger="monarch.transport")
+    async with await transport.listen(Address.parse("tcp://127.0.0.1:0"), settings) as inbox:
+        relay, port = await start_relay(inbox.address, nng, TAMPERING[attack])
+        async with relay:
+            out = await transport.connect(
+                Address.parse(f"tcp://127.0.0.1:{port}"), Settings(secret=SECRET, name="real")
+            )
+            for n in range(3):
+                await out.send([f"m{n}".encode()])
+            got: list[bytes] = []
+            if attack == "relay":
+                while len(got) < 3:
+                    event = await asyncio.wait_for(inbox.receive(), 10)
+                    assert isinstance(event, Received)
+                    got.append(b"".join(bytes(f) for f in event.frames))
+                await out.aclose()
+            else:
+                while True:
+                    event = await asyncio.wait_for(inbox.receive(), 10)
+                    if isinstance(event, PeerLeft):
+                        break
+                    got.append(b"".join(bytes(f) for f in event.frames))
+                warnings = " ".join(r.getMessage() for r in caplog.records)
+                assert "integrity" in warnings, warnings
+                await out.aclose()
+            assert got == DELIVERED[attack]
+
+
+@pytest.mark.parametrize("transport_cls", [SocketTransport, NngTransport], ids=["socket", "nng"])
+async def test_unsealed_data_is_refused_where_sealing_is_demanded(transport_cls, caplog):
+    """A relay cannot strip the seal: a listener that demands it closes on
+    the first unsealed message, whatever the sender thinks."""
+    nng = transport_cls is NngTransport
+    transport = transport_cls()
+    caplog.set_level(logging.WARNING, logger="monarch.transport")
+    listening = Settings(secret=SECRET, integrity="always")
+    async with await transport.listen(Address.parse("tcp://127.0.0.1:0"), listening) as inbox:
+
+        def strip(messages, nng):  # an unsealed message in place of the first
+            plain = join(Kind.DATA, [b"plain"], 1 << 20)
+            return [wrap(messages[0], plain, nng), *messages[1:]]
+
+        relay, port = await start_relay(inbox.address, nng, strip)
+        async with relay:
+            out = await transport.connect(
+                Address.parse(f"tcp://127.0.0.1:{port}"), Settings(secret=SECRET)
+            )
+            for n in range(3):
+                await out.send([f"m{n}".encode()])
+            event = await asyncio.wait_for(inbox.receive(), 10)
+            assert isinstance(event, PeerLeft)
+            assert "unsealed" in " ".join(r.getMessage() for r in caplog.records)
+            await out.aclose()
+
+
+@pytest.mark.parametrize("transport_cls", [SocketTransport, NngTransport], ids=["socket", "nng"])
+@pytest.mark.parametrize("mode", ["always", "auto", "off"])
+async def test_modes_talk_to_each_other(transport_cls, mode):
+    """Any mode on the sender works with any on the listener: the listener
+    says in its WELCOME whether it demands seals."""
+    transport = transport_cls()
+    for listen_mode in ("always", "auto", "off"):
+        listening = Settings(secret=SECRET, integrity=listen_mode)
+        async with await transport.listen(Address.parse("tcp://127.0.0.1:0"), listening) as inbox:
+            out = await transport.connect(inbox.address, Settings(secret=SECRET, integrity=mode))
+            sealed = out._sealer is not None
+            assert sealed == (mode == "always" or listen_mode == "always")
+            await out.send([b"x" * 100, b"y" * (1 << 17)])
+            event = await asyncio.wait_for(inbox.receive(), 10)
+            assert isinstance(event, Received)
+            assert [len(f) for f in event.frames] == [100, 1 << 17]
+            await out.aclose()
+
+
+def test_policy():
+    assert required("auto", "tcp", "10.0.0.5")
+    assert required("auto", "tcp", "*")
+    assert required("auto", "tcp", "example.org")
+    assert not required("auto", "tcp", "127.0.0.1")
+    assert not required("auto", "tcp", "::1")
+    assert not required("auto", "tcp", "::ffff:127.0.0.1")
+    assert not required("auto", "tls", "10.0.0.5")
+    assert not required("auto", "ipc", "")
+    assert required("always", "ipc", "")
+    assert not required("off", "tcp", "10.0.0.5")
+    with pytest.raises(Exception, match="integrity"):
+        Settings(secret=SECRET, integrity="sometimes")
+
+
+def test_sealer_and_opener_agree_and_catch_every_change():
+    key = derive_key(SECRET, b"n" * 16 + b"name", b"m" * 16)
+    sealer, opener = Sealer(key), Opener(key)
+    messages = [[b"a", memoryview(b"bc")], [b"ab", b"c"], [b"abc"], []]
+    tags = [sealer.seal(Kind.DATA, frames) for frames in messages]
+    assert len(set(tags)) == len(tags)  # frame boundaries and position both count
+    for frames, tag in zip(messages, tags, strict=True):
+        opener.check(Kind.DATA, frames, tag)
+    with pytest.raises(Exception, match="integrity"):
+        opener.check(Kind.DATA, messages[0], tags[0])  # a replay
+    other = derive_key(SECRET, b"n" * 16 + b"eman", b"m" * 16)  # a renamed peer
+    assert other != key

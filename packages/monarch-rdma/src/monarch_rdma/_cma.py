@@ -273,13 +273,13 @@ class CmaBackend:
                 check_token(handle)
                 raise
             check_token(handle)  # dropped while we read: the bytes may be stale
-        except CmaDenied:
+        except CmaDenied as error:
             owner = handle.owner
             with self.lock:
                 self.denied.add((owner.host_key, owner.pid))
             warnings.warn(
                 f"process_vm_readv to pid {owner.pid} is not permitted here (ptrace_scope="
-                f"{ptrace_scope()}); falling back to the tcp backend for this owner",
+                f"{ptrace_scope()}: {error}); falling back to the tcp backend for this owner",
                 RDMATcpFallbackWarning,
                 stacklevel=2,
             )

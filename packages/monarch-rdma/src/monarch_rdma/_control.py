@@ -25,7 +25,15 @@ from ._errors import RDMABufferDropped, RDMAOwnerGone, RDMATimeoutError, RDMATra
 from ._handle import Handle
 from ._wire import ANSWER, REQUEST, Status, client_handshake, recv_exact, tune
 
-__all__ = ["connection", "dedicated", "exchange", "read_answer", "request", "set_deadline"]
+__all__ = [
+    "as_rdma_error",
+    "connection",
+    "dedicated",
+    "exchange",
+    "read_answer",
+    "request",
+    "set_deadline",
+]
 
 CONNECT_TIMEOUT = 10.0
 RETRY_FIRST_PAUSE = 0.01  # a connection closed in its handshake is tried again after this
@@ -88,7 +96,7 @@ class _Pool:
 _pool = _Pool()
 
 
-def _wrap(handle: Handle, error: BaseException, deadline: float) -> BaseException:
+def as_rdma_error(handle: Handle, error: BaseException, deadline: float) -> BaseException:
     """A socket failure as the error a user can act on."""
     owner = handle.owner
     where = f"pid {owner.pid} on {owner.hostname} ({owner.server[0]}:{owner.server[1]})"
@@ -122,7 +130,7 @@ def connection(handle: Handle, deadline: float) -> Iterator[socket.socket]:
     try:
         sock = _pool.acquire(address, deadline)
     except OSError as error:
-        raise _wrap(handle, error, deadline) from error
+        raise as_rdma_error(handle, error, deadline) from error
     try:
         set_deadline(sock, deadline)
         yield sock
@@ -131,7 +139,7 @@ def connection(handle: Handle, deadline: float) -> Iterator[socket.socket]:
         raise
     except OSError as error:
         sock.close()
-        raise _wrap(handle, error, deadline) from error
+        raise as_rdma_error(handle, error, deadline) from error
     except BaseException:
         sock.close()
         raise
@@ -187,7 +195,7 @@ def dedicated(handle: Handle, deadline: float) -> socket.socket:
     try:
         return _open(handle.owner.server, deadline)
     except OSError as error:
-        raise _wrap(handle, error, deadline) from error
+        raise as_rdma_error(handle, error, deadline) from error
 
 
 def _after_fork() -> None:

@@ -396,12 +396,9 @@ def _connect(dev: Device, handle: Handle, deadline: float) -> Connection:
             control, handle, IBV_CONNECT, deadline, {"qp": dev.address(qp, psn)}
         )
         dev.connect_qp(qp, psn, answer["qp"])
-    except OSError as error:
+    except OSError as error:  # a timeout, or an owner gone: what a user can act on
         control.close()
-        raise RDMAOwnerGone(
-            f"the owner of RDMA buffer {handle.buffer_id} (pid {handle.owner.pid}) closed the "
-            f"queue-pair exchange: {error}"
-        ) from error
+        raise _control.as_rdma_error(handle, error, deadline) from error
     except BaseException:
         control.close()
         raise

@@ -5,6 +5,12 @@ The echo server always runs in a second process. Prints one JSON object:
 {"<impl>/<family>": {"rt_us": ..., "msgs_per_s": ..., "big_gbps": ...}}.
 
     python tools/bench/transport_bench.py [--quick]
+
+The cost of integrity (a MAC on every message after the handshake): run this
+project's backends over TCP once per mode, both processes set alike through
+``$MONARCH_TRANSPORT_INTEGRITY``; results are keyed ``<impl>/tcp/<mode>``:
+
+    python tools/bench/transport_bench.py --family tcp --integrity off,always
 """
 
 from __future__ import annotations
@@ -222,6 +228,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test)")
+    parser.add_argument(
+        "--family", choices=("ipc", "tcp"), action="append", help="only these (default: both)"
+    )
+    parser.add_argument(
+        "--integrity",
+        help="comma-separated MONARCH_TRANSPORT_INTEGRITY modes (always, auto, off) to run "
+        "this project's backends under, each in turn; raw floors are then left out",
+    )
     parser.add_argument("--serve", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -239,7 +253,17 @@ def main() -> None:
         else {"rt": 3000, "oneway": 30000, "big": 5}
     )
     results: dict[str, dict[str, float]] = {}
-    for family in ("ipc", "tcp"):
+    families = args.family or ["ipc", "tcp"]
+    if args.integrity:
+        for family in families:
+            for mode in args.integrity.split(","):
+                os.environ["MONARCH_TRANSPORT_INTEGRITY"] = mode  # the server inherits it
+                for backend in ("nng", "socket"):
+                    results[f"{backend}/{family}/{mode}"] = _run(ours_client(backend, family, cfg))
+                print(f"measured {family} {mode}", file=sys.stderr, flush=True)
+        print(json.dumps(results))
+        return
+    for family in families:
         results[f"raw-pynng/{family}"] = raw_client("raw-pynng", family, cfg)
         results[f"nng/{family}"] = _run(ours_client("nng", family, cfg))
         results[f"raw-socket/{family}"] = raw_client("raw-socket", family, cfg)

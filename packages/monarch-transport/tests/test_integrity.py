@@ -221,3 +221,46 @@ def test_sealer_and_opener_agree_and_catch_every_change():
         opener.check(Kind.DATA, messages[0], tags[0])  # a replay
     other = derive_key(SECRET, b"n" * 16 + b"eman", b"m" * 16)  # a renamed peer
     assert other != key
+
+
+@pytest.mark.parametrize("transport_cls", [SocketTransport, NngTransport], ids=["socket", "nng"])
+async def test_every_send_path_seals_in_wire_order(transport_cls):
+    """Sealed messages from every way of sending (from the loop, without
+    waiting, in batches, from another thread, large ones in chunks) arrive
+    checked and in order: each takes its number as it goes on the wire."""
+    transport = transport_cls()
+    settings = Settings(secret=SECRET, integrity="always")
+    async with await transport.listen(Address.parse("tcp://127.0.0.1:0"), settings) as inbox:
+        out = await transport.connect(inbox.address, settings)
+        expected: list[bytes] = []
+
+        def mark(n: int, size: int = 10) -> list[bytes]:
+            body = n.to_bytes(4, "little") * (size // 4)
+            expected.append(body)
+            return [body]
+
+        n = 0
+        for round_ in range(20):
+            await out.send(mark(n, 1 << 20 if round_ % 5 == 0 else 10))
+            n += 1
+            while out.send_nowait(mark(n)):
+                n += 1
+                if n % 7 == 0:
+                    break
+            else:
+                expected.pop()
+            batch = [mark(n + i)[0] for i in range(3)]
+            sent = out.send_many_nowait([[b] for b in batch])
+            del expected[len(expected) - 3 + sent :]
+            n += sent
+            if await asyncio.to_thread(out.send_threadsafe, mark(n)):
+                n += 1
+            else:
+                expected.pop()
+        got = []
+        while len(got) < len(expected):
+            event = await asyncio.wait_for(inbox.receive(), 10)
+            assert isinstance(event, Received), event
+            got.append(bytes(event.frames[0]))
+        assert got == expected
+        await out.aclose()

@@ -43,8 +43,6 @@ __all__ = [
 INTEGRITY_ENV: Final = "MONARCH_TRANSPORT_INTEGRITY"
 MODES: Final = ("always", "auto", "off")
 TAG: Final = 16  # bytes of BLAKE2b tag: forging one blindly is a 2**-128 chance
-_SEQ = struct.Struct("<QBI")  # sequence number, kind, frame count
-_LENGTH = struct.Struct("<Q")
 
 Buffer = bytes | bytearray | memoryview
 
@@ -96,12 +94,18 @@ def derive_key(secret: bytes, hello: bytes, server_nonce: bytes) -> bytes:
     return hmac.new(prk, b"monarch-transport sender-to-listener v1\x01", hashlib.sha256).digest()
 
 
-def _tag(key: bytes, seq: int, kind: int, frames: Sequence[Buffer]) -> bytes:
-    mac = hashlib.blake2b(key=key, digest_size=TAG)
-    mac.update(_SEQ.pack(seq, kind, len(frames)))
-    # lengths first: frame boundaries are bound, not just the concatenation
-    for frame in frames:
-        mac.update(_LENGTH.pack(memoryview(frame).nbytes))
+def _keyed(key: bytes) -> hashlib.blake2b:
+    # keyed once per connection; each message copies it (cheaper than keying)
+    return hashlib.blake2b(key=key, digest_size=TAG)
+
+
+def _tag(keyed: hashlib.blake2b, seq: int, kind: int, frames: Sequence[Buffer]) -> bytes:
+    mac = keyed.copy()
+    count = len(frames)
+    # sequence number, kind, count and every length first: frame boundaries
+    # are bound, not just the concatenation
+    lengths = [memoryview(frame).nbytes for frame in frames]
+    mac.update(struct.pack(f"<QBI{count}Q", seq, kind, count, *lengths))
     for frame in frames:
         mac.update(frame)  # hashlib reads the buffer in place: no copy
     return mac.digest()
@@ -113,11 +117,11 @@ class Sealer:
     after all (it must be the last one sealed)."""
 
     def __init__(self, key: bytes) -> None:
-        self._key = key
+        self._keyed = _keyed(key)
         self._seq = 0
 
     def seal(self, kind: int, frames: Sequence[Buffer]) -> bytes:
-        tag = _tag(self._key, self._seq, kind, frames)
+        tag = _tag(self._keyed, self._seq, kind, frames)
         self._seq += 1
         return tag
 
@@ -129,12 +133,12 @@ class Opener:
     """The receiving side: ``check`` each message in the order it arrived."""
 
     def __init__(self, key: bytes) -> None:
-        self._key = key
+        self._keyed = _keyed(key)
         self._seq = 0
 
     def check(self, kind: int, frames: Sequence[Buffer], tag: Buffer) -> None:
-        expected = _tag(self._key, self._seq, kind, frames)
-        if memoryview(tag).nbytes != TAG or not hmac.compare_digest(expected, bytes(tag)):
+        expected = _tag(self._keyed, self._seq, kind, frames)
+        if not hmac.compare_digest(expected, tag):
             raise IntegrityError(
                 f"message {self._seq} after the handshake failed its integrity check "
                 "(altered, injected, replayed, reordered or following a dropped one)"

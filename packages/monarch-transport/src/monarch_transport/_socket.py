@@ -162,10 +162,15 @@ def _encode(
     With a ``sealer`` the message takes the next sequence number and carries
     its tag as a last frame."""
     if sealer is not None:
-        prefix(kind, frames, max_size)  # too large: raise before taking a number
         frames = [*frames, sealer.seal(kind, frames)]
         kind |= Kind.SEALED
-    head = prefix(kind, frames, max_size)
+        try:
+            head = prefix(kind, frames, max_size)
+        except MessageTooLarge:
+            sealer.unseal()  # not sent: the number is the next message's
+            raise
+    else:
+        head = prefix(kind, frames, max_size)
     if len(head) + sum(memoryview(f).nbytes for f in frames) <= SMALL:
         return [b"".join([head, *frames])]
     return [head, *frames]

@@ -12,10 +12,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import monarch_rdma._backends as _backends
+import monarch_rdma._control as _control
+import monarch_rdma._owner as _owner
 from monarch_actor import Future
 from monarch_actor.extension import future_from, resolved
 
-from . import _backends, _control, _owner
 from ._config import get_config
 from ._cuda_memory import check_allocator
 from ._handle import Handle

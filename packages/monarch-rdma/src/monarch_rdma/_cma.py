@@ -44,7 +44,12 @@ import time
 import warnings
 from collections.abc import Callable
 
-from . import _backends, _control, _owner, _parallel, _ptrace
+import monarch_rdma._backends as _backends
+import monarch_rdma._control as _control
+import monarch_rdma._owner as _owner
+import monarch_rdma._parallel as _parallel
+import monarch_rdma._ptrace as _ptrace
+
 from ._backend import OwnerRequest, PairRefused
 from ._config import RdmaConfig, get_config
 from ._errors import (

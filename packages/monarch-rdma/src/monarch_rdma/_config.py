@@ -30,7 +30,7 @@ import os
 import threading
 from typing import Any
 
-from . import _backends
+import monarch_rdma._backends as _backends
 
 __all__ = ["RdmaConfig", "configure", "get_config"]
 

@@ -19,7 +19,9 @@ import sys
 import threading
 from typing import Any
 
-from . import _backends, _control
+import monarch_rdma._backends as _backends
+import monarch_rdma._control as _control
+
 from ._backend import OwnerRequest
 from ._cuda_memory import bytes_of, cuda_available, torch_module
 from ._errors import RDMABackendUnavailable, RDMATransferError

@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from . import _backends, _control
+import monarch_rdma._backends as _backends
+import monarch_rdma._control as _control
+
 from ._backend import ConnectionResources, OwnerRequest
 from ._config import RdmaConfig, get_config
 from ._errors import (

@@ -11,9 +11,10 @@ import os
 import socket
 import threading
 
+import monarch_rdma._backends as _backends
+import monarch_rdma._server as _server
 from monarch_actor.extension import process_address
 
-from . import _backends, _server
 from ._handle import Handle, OwnerInfo
 from ._identity import host_key, process_start_time
 from ._memory import LocalMemory

@@ -19,7 +19,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Set
 
-from . import _backends
+import monarch_rdma._backends as _backends
+
 from ._backend import PairRefused, RdmaBackend
 from ._config import get_config
 from ._errors import RDMABackendUnavailable

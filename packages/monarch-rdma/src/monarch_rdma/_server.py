@@ -19,9 +19,9 @@ import threading
 import time
 from typing import Any
 
+import monarch_rdma._backends as _backends
 from monarch_transport import default_listen_address
 
-from . import _backends
 from ._backend import ConnectionResources, OwnerRequest
 from ._config import get_config
 from ._regions import Region, RegionTable

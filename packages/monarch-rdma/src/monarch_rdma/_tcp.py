@@ -16,7 +16,10 @@ from __future__ import annotations
 import functools
 import socket
 
-from . import _backends, _control, _parallel
+import monarch_rdma._backends as _backends
+import monarch_rdma._control as _control
+import monarch_rdma._parallel as _parallel
+
 from ._backend import OwnerRequest
 from ._config import RdmaConfig, get_config
 from ._cuda_memory import from_host, staged, to_host

@@ -50,18 +50,20 @@ def test_a_slow_drip_handshake_is_cut_off_at_one_deadline(buffer, monkeypatch):
     monkeypatch.setattr(_server, "HANDSHAKE_TIMEOUT", 1.0)
     hello = _wire.MAGIC + b"\0" * 16
     with socket.create_connection(buffer._handle.owner.server, timeout=5) as sock:
-        start = time.monotonic()
+        sent = 0
         for byte in hello:  # one byte every 0.2 s: each recv is quick, the whole is not
             try:
                 sock.sendall(bytes([byte]))
             except OSError:
                 break
+            sent += 1
             if closed_within(sock, 0.2):
                 break
         else:
             pytest.fail("a peer dripping its handshake was never cut off")
-        elapsed = time.monotonic() - start
-    assert 0.8 <= elapsed < 2.5, elapsed  # the deadline of the whole handshake, not per recv
+    # cut off by the deadline of the whole handshake (a per-recv deadline never fires
+    # here), and not at once: a merely slow peer got some of its bytes in first
+    assert 1 < sent < len(hello), (sent, len(hello))
     assert served(buffer) == b"still served"
 
 

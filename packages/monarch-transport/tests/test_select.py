@@ -117,8 +117,9 @@ def test_bad_choices_are_clear_errors():
 
 TOY = """
     import asyncio
-    from monarch_transport import Transport, enable_transport, listen, transport_for
-    from monarch_transport._registry import register_backend
+    from monarch_transport import (
+        ConnectError, Transport, enable_transport, listen, register_backend, transport_for,
+    )
 
     class Toy(Transport):
         name = "toy"
@@ -128,7 +129,7 @@ TOY = """
             raise SystemExit(0)
 
         async def connect(self, address, settings):
-            raise NotImplementedError
+            raise ConnectError("the toy transport reaches nothing")
 
     register_backend(Toy)
     {setup}

@@ -23,6 +23,7 @@ from .._core.process import get_runtime
 from .._core.router import Frames
 from .._core.wire import Key, Kind, Op
 from .._procs.binding import check_binding
+from .._procs.logs import configure_streaming
 from .._procs.table import ProcTable, table_for
 from .._supervision.supervise import Supervision
 from .actor import EndpointProperty, check_actor_class, pickle_by_value_if_unimportable
@@ -30,7 +31,6 @@ from .endpoint import ActorEndpoint
 from .mesh_ops import MeshOps
 from .proc_control import (
     host_agent,
-    set_logging,
     shutdown_context,
     start_procs,
     stop_procs,
@@ -207,7 +207,7 @@ class ProcMesh(MeshOps):
         """Stream the processes' stdout and stderr to this script, tagged with rank."""
         if not 0 <= level <= 255:
             raise ValueError(f"level must be in 0..255, got {level}")
-        await set_logging(self, stream_to_client, aggregate_window_sec, level)
+        await configure_streaming(self, stream_to_client, aggregate_window_sec, level)
 
     async def __aenter__(self) -> ProcMesh:
         return self

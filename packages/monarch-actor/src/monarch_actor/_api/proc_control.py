@@ -24,7 +24,7 @@ from .._core.process import get_runtime, maybe_runtime
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
-from .._procs.logs import configure_streaming, set_forwarding
+from .._procs.logs import set_forwarding
 from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
 from .local_actors import LocalActors
@@ -202,10 +202,6 @@ def stop_procs(table: ProcTable, ranks: list[int], reason: str) -> Future[None]:
 def _settle(done: concurrent.futures.Future[None]) -> None:
     if not done.done():
         done.set_result(None)
-
-
-async def set_logging(mesh: Any, stream: bool, window: int | None, level: int) -> None:
-    await configure_streaming(mesh, stream, window, level)
 
 
 # -- handlers ---------------------------------------------------------------------------

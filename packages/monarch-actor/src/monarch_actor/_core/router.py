@@ -47,7 +47,6 @@ log = logging.getLogger("monarch.actor.runtime")
 
 Frames = Sequence[bytes | bytearray | memoryview]
 Handler = Callable[[dict[str, Any], Frames], None]
-PortHandler = Handler
 S = TypeVar("S")
 # A thread sending again this soon after its last write is in a burst
 # (pipelined calls): the loop then gathers the burst into few writes.
@@ -59,7 +58,7 @@ class PortEntry:
     """A receiving port: ``deliver`` gets each message, ``lost`` hears of a
     process that will not answer."""
 
-    def __init__(self, deliver: PortHandler, lost: Callable[[str, str], None] | None) -> None:
+    def __init__(self, deliver: Handler, lost: Callable[[str, str], None] | None) -> None:
         self.deliver = deliver
         self.lost = lost
         self.watching: set[str] = set()
@@ -338,7 +337,7 @@ class Runtime:
     # -- ports -------------------------------------------------------------------------
 
     def open_port(
-        self, deliver: PortHandler, lost: Callable[[str, str], None] | None = None
+        self, deliver: Handler, lost: Callable[[str, str], None] | None = None
     ) -> int:
         pid = next(self.port_ids)
         self.ports[pid] = PortEntry(deliver, lost)

@@ -26,7 +26,7 @@ from monarch_supervision import (
 from monarch_transport import decode
 
 from .._core.config import heartbeat_deadline
-from .._core.current import current
+from .._core.current import Running, current
 from .._core.lifecycle import HeartbeatMissed, emit
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
@@ -78,7 +78,7 @@ class OwnedMesh:
 
 def current_owner() -> str:
     """Who owns what the calling code spawns: the actor running here, or the root."""
-    ctx = current()
+    ctx: Running | None = current()
     key = ctx.actor_key if ctx is not None else None
     return key or ROOT
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from monarch_transport import Address, PeerLeft, Received, Settings
-from monarch_transport._integrity import TAG, Opener, Sealer, derive_key, required
+from monarch_transport._integrity import LARGE, PIECE, TAG, Opener, Sealer, derive_key, required
 from monarch_transport._nng import NngTransport
 from monarch_transport._socket import SocketTransport
 from monarch_transport._wire import Kind, join
@@ -57,25 +57,34 @@ def wrap(template: bytes, message: bytes, nng: bool) -> bytes:
     return struct.pack(">Q", len(message) + 4) + template[8:12] + message
 
 
-def flip(message: bytes) -> bytes:
-    spot = len(message) - TAG - 1  # the last payload byte, just before the tag
+def flip(message: bytes, spot: int | None = None) -> bytes:
+    if spot is None:
+        spot = len(message) - TAG - 1  # the last payload byte, just before the tag
     return message[:spot] + bytes([message[spot] ^ 1]) + message[spot + 1 :]
+
+
+def body(n: int) -> bytes:
+    """The n-th message sent; the second is 3 MiB, so its frame is tagged
+    piece by piece (GMAC) and its tag computed while it is written."""
+    return f"m{n}".encode() * ((3 << 19) if n == 1 else 1)
 
 
 # each: the data messages as sent (m0, m1, m2) -> what the relay forwards
 TAMPERING: dict[str, Callable[[list[bytes], bool], list[bytes]]] = {
     "relay": lambda m, nng: m,
     "rewrite": lambda m, nng: [m[0], flip(m[1]), m[2]],
+    "rewrite-middle": lambda m, nng: [m[0], flip(m[1], len(m[1]) // 2 + 5), m[2]],
     "drop": lambda m, nng: [m[0], m[2]],
     "replay": lambda m, nng: [m[0], m[0], m[1], m[2]],
     "reorder": lambda m, nng: [m[1], m[0], m[2]],
     "inject": lambda m, nng: [forged(m[0], nng), *m],
 }
 DELIVERED = {  # what the listener may hand on, in order
-    "relay": [b"m0", b"m1", b"m2"],
-    "rewrite": [b"m0"],
-    "drop": [b"m0"],
-    "replay": [b"m0"],
+    "relay": [body(0), body(1), body(2)],
+    "rewrite": [body(0)],
+    "rewrite-middle": [body(0)],
+    "drop": [body(0)],
+    "replay": [body(0)],
     "reorder": [],
     "inject": [],
 }
@@ -128,7 +137,7 @@ async def test_relay_cannot_tamper(transport_cls, attack, caplog):
                 Address.parse(f"tcp://127.0.0.1:{port}"), Settings(secret=SECRET, name="real")
             )
             for n in range(3):
-                await out.send([f"m{n}".encode()])
+                await out.send([body(n)])
             got: list[bytes] = []
             if attack == "relay":
                 while len(got) < 3:
@@ -221,6 +230,28 @@ def test_sealer_and_opener_agree_and_catch_every_change():
         opener.check(Kind.DATA, messages[0], tags[0])  # a replay
     other = derive_key(SECRET, b"n" * 16 + b"eman", b"m" * 16)  # a renamed peer
     assert other != key
+    assert derive_key(SECRET, b"n" * 16 + b"name", b"m" * 16, label=b"answers") != key
+
+
+def test_large_frames_are_bound_byte_for_byte():
+    """Frames from LARGE bytes are GMACed a piece at a time: a change in any
+    piece, a byte moved across a frame boundary, or two pieces swapped fails."""
+    key = derive_key(SECRET, b"n" * 16, b"m" * 16)
+    big = bytearray(os.urandom(2 * PIECE + 3))
+    frames = [b"head", big]
+    tag = Sealer(key).seal(Kind.DATA, frames)
+    Opener(key).check(Kind.DATA, frames, tag)
+    variants = []
+    for spot in (0, PIECE - 1, PIECE + 7, len(big) - 1):
+        changed = bytearray(big)
+        changed[spot] ^= 0x40
+        variants.append([b"head", changed])
+    variants.append([b"head" + big[:1], big[1:]])  # a boundary moved
+    variants.append([b"head", big[PIECE : 2 * PIECE] + big[:PIECE] + big[2 * PIECE :]])
+    variants.append([b"head", big[: LARGE - 1]])  # under LARGE: hashed whole
+    for frames in variants:
+        with pytest.raises(Exception, match="integrity"):
+            Opener(key).check(Kind.DATA, frames, tag)
 
 
 @pytest.mark.parametrize("transport_cls", [SocketTransport, NngTransport], ids=["socket", "nng"])

@@ -33,6 +33,7 @@ from ._errors import (
     PeerDisconnected,
     TransportError,
 )
+from ._integrity import IntegrityError, Opener, Sealer, derive_key
 from ._interface import Event, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import new_event_loop, run
 from ._registry import backend_class, register_backend
@@ -56,13 +57,16 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "Event",
+    "IntegrityError",
     "Listener",
     "ListenerClosed",
     "MessageTooLarge",
+    "Opener",
     "Peer",
     "PeerDisconnected",
     "PeerLeft",
     "Received",
+    "Sealer",
     "Sender",
     "Settings",
     "TlsFiles",
@@ -73,6 +77,7 @@ __all__ = [
     "decode",
     "decode_header",
     "default_listen_address",
+    "derive_key",
     "enable_transport",
     "encode",
     "encode_header",

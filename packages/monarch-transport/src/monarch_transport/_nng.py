@@ -38,7 +38,7 @@ from ._integrity import Opener, Sealer, required
 from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._registry import register_backend
 from ._settings import Settings
-from ._wire import HANDSHAKE_MAX, Kind, join, split
+from ._wire import HANDSHAKE_MAX, Kind, join, prefix, split
 
 __all__ = ["NngTransport"]
 
@@ -344,7 +344,7 @@ class NngSender(Sender):
         """The message as nng takes it, sealed (taking the next sequence
         number) when this connection seals."""
         if self._sealer is not None:
-            join(kind, frames, self._settings.max_message_size)  # too large: raise first
+            prefix(kind, frames, self._settings.max_message_size)  # too large: raise first
             frames = [*frames, self._sealer.seal(kind, frames)]
             kind |= Kind.SEALED
         return join(kind, frames, self._settings.max_message_size)

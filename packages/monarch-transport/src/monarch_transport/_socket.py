@@ -32,7 +32,7 @@ from ._errors import (
     TransportError,
 )
 from ._event_queue import EventQueue, QueuedListener
-from ._integrity import Opener, Sealer, required
+from ._integrity import TAG, Opener, Sealer, required
 from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import wake
 from ._registry import register_backend
@@ -155,12 +155,28 @@ class _Framer:
             self._on_message(kind, frames)
 
 
+_TAG_SPACE = bytes(TAG)  # where a tag will be, for a head written before it is known
+THREADED_TAG = 1 << 20  # from this size a message's tag is computed beside its writing
+
+
 def _encode(
-    kind: int, frames: Sequence[Buffer], max_size: int, sealer: Sealer | None = None
-) -> list[Buffer]:
-    """What to write: one joined buffer when small, else the prefix and frames.
+    kind: int,
+    frames: Sequence[Buffer],
+    max_size: int,
+    sealer: Sealer | None = None,
+    *,
+    small_only: bool = False,
+) -> list[Buffer] | None:
+    """What to write: one joined buffer when small, else the prefix and frames;
+    with ``small_only``, None for a message that is not small (before sealing
+    it: a large message is hashed once, when it goes out).
     With a ``sealer`` the message takes the next sequence number and carries
     its tag as a last frame."""
+    sealed = sealer is not None
+    body = sum(memoryview(f).nbytes for f in frames)
+    small = HEAD.size + 8 * (len(frames) + sealed) + body + (TAG if sealed else 0) <= SMALL
+    if small_only and not small:
+        return None
     if sealer is not None:
         frames = [*frames, sealer.seal(kind, frames)]
         kind |= Kind.SEALED
@@ -171,7 +187,7 @@ def _encode(
             raise
     else:
         head = prefix(kind, frames, max_size)
-    if len(head) + sum(memoryview(f).nbytes for f in frames) <= SMALL:
+    if small:
         return [b"".join([head, *frames])]
     return [head, *frames]
 
@@ -236,7 +252,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def write(self, kind: int, frames: Sequence[Buffer], max_size: int) -> None:
         assert self.transport is not None
-        for piece in _encode(kind, frames, max_size):
+        pieces = _encode(kind, frames, max_size)
+        assert pieces is not None  # only small_only gives None
+        for piece in pieces:
             self.transport.write(piece)
 
     def pause_writing(self) -> None:
@@ -438,12 +456,10 @@ class SocketSender(Sender):
         try:
             if self._lock.locked():  # the loop took it meanwhile: its message goes first
                 return False
-            try:
-                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
-            except MessageTooLarge:
-                return False  # the loop's send says so
-            if len(pieces) != 1:
-                self._unseal()
+            pieces = _encode(
+                Kind.DATA, frames, self._settings.max_message_size, self._sealer, small_only=True
+            )
+            if pieces is None:
                 return False  # a large message goes out in chunks, by the loop
             data = pieces[0]
             try:
@@ -478,9 +494,10 @@ class SocketSender(Sender):
         if conn.paused or self._lock.locked() or conn.reason or transport is None:
             return False
         with self._order:
-            pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
-            if len(pieces) != 1:
-                self._unseal()
+            pieces = _encode(
+                Kind.DATA, frames, self._settings.max_message_size, self._sealer, small_only=True
+            )
+            if pieces is None:
                 return False
             transport.write(pieces[0])
         return True
@@ -494,9 +511,14 @@ class SocketSender(Sender):
         chunks = []
         with self._order:
             for frames in messages:
-                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
-                if len(pieces) != 1:
-                    self._unseal()
+                pieces = _encode(
+                    Kind.DATA,
+                    frames,
+                    self._settings.max_message_size,
+                    self._sealer,
+                    small_only=True,
+                )
+                if pieces is None:
                     break  # a large message goes out in chunks, by send()
                 chunks.append(pieces[0])
             if chunks:
@@ -510,25 +532,50 @@ class SocketSender(Sender):
         idle = not (conn.paused or self._lock.locked() or conn.reason)
         if idle and transport is not None:
             with self._order:
-                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
-                if len(pieces) == 1:
+                pieces = _encode(
+                    Kind.DATA,
+                    frames,
+                    self._settings.max_message_size,
+                    self._sealer,
+                    small_only=True,
+                )
+                if pieces is not None:
                     transport.write(pieces[0])  # the common case: one small write, nobody waiting
                     return
-                self._unseal()
         async with self._lock:  # a large message goes out in chunks; others wait their turn
-            # sealed in turn: no message takes a number until this one is out
+            if self._sealer is None:
+                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
+                assert pieces is not None
+                await self._write_chunks(pieces)
+                return
             with self._order:
-                pieces = _encode(Kind.DATA, frames, self._settings.max_message_size, self._sealer)
-            for piece in pieces:
-                view = memoryview(piece).cast("B")
-                for start in range(0, max(view.nbytes, 1), CHUNK):
-                    if conn.paused:
-                        await conn.writable()
-                    if conn.reason is not None or conn.transport is None:
-                        raise PeerDisconnected(
-                            f"connection to {self.address} is gone: {conn.reason}"
-                        )
-                    conn.transport.write(view[start : start + CHUNK])
+                head = prefix(
+                    Kind.DATA | Kind.SEALED, [*frames, _TAG_SPACE], self._settings.max_message_size
+                )
+                seq = self._sealer.reserve()  # holding the lock: no later message goes first
+            if sum(memoryview(f).nbytes for f in frames) < THREADED_TAG:
+                tag = self._sealer.tag(seq, Kind.DATA, frames)
+                await self._write_chunks([head, *frames, tag])
+                return
+            # hashing lets go of the GIL: the tag is computed in a worker thread
+            # while the frames are written, and goes out last
+            pending = self._loop.run_in_executor(None, self._sealer.tag, seq, Kind.DATA, frames)
+            try:
+                await self._write_chunks([head, *frames])
+            finally:
+                tag = await pending
+            await self._write_chunks([tag])
+
+    async def _write_chunks(self, pieces: Sequence[Buffer]) -> None:
+        conn = self._conn
+        for piece in pieces:
+            view = memoryview(piece).cast("B")
+            for start in range(0, max(view.nbytes, 1), CHUNK):
+                if conn.paused:
+                    await conn.writable()
+                if conn.reason is not None or conn.transport is None:
+                    raise PeerDisconnected(f"connection to {self.address} is gone: {conn.reason}")
+                conn.transport.write(view[start : start + CHUNK])
 
     @property
     def closed(self) -> bool:

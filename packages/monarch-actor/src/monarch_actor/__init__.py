@@ -27,11 +27,17 @@ from ._api.context import (
     current_size,
 )
 from ._api.endpoint import ActorEndpoint, send
+from ._api.hosts import attach_to_workers
 from ._api.mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
 from ._api.proc_control import shutdown_context
 from ._api.returns_future import returns_future
 from ._api.singletons import get_or_spawn_controller
 from ._api.value_mesh import ValueMesh
+from ._boot import (
+    run_worker_loop_forever,
+    run_worker_loop_until_shutdown,
+    start_worker_loop_forever,
+)
 from ._core.errors import ActorError, MonarchError, SupervisionError
 from ._core.future import Future
 from ._core.ports import Channel, Port, PortReceiver, RankedPortReceiver
@@ -40,6 +46,10 @@ from ._supervision.faults import MeshFailure, unhandled_fault_hook
 Endpoint = ActorEndpoint
 
 __all__ = [
+    "attach_to_workers",
+    "run_worker_loop_forever",
+    "run_worker_loop_until_shutdown",
+    "start_worker_loop_forever",
     "Accumulator",
     "Actor",
     "ActorEndpoint",

@@ -14,31 +14,49 @@ import contextlib
 import inspect
 import os
 import pickle
+import socket
 import sys
 import threading
 from typing import Any, cast
 
-from monarch_transport import decode, listen, new_event_loop, prefer_backend
+from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
 from ._api.actor_host import ActorHost
+from ._api.hosts import TRUST_ALL, configure_secret, split_alias
 from ._api.local_actors import LocalActors
 from ._api.proc_control import (
+    PROC_ENTRY,
     install_proc_handlers,
     install_ready_handler,
     stop_everything,
     stop_local_actors,
 )
 from ._api.singletons import Singletons
-from ._core.process import install, join_job, listen_address, maybe_runtime, set_starter
+from ._core.future import Future
+from ._core.process import (
+    LISTEN_HOST_ENV,
+    install,
+    join_job,
+    listen_address,
+    maybe_runtime,
+    set_starter,
+)
 from ._core.router import Runtime
 from ._core.wire import Kind, ready_header
 from ._procs.binding import apply_binding
 from ._procs.logs import capture_output, show_lines
 from ._procs.table import ProcTables
+from ._procs.worker import HostService
 from ._supervision.faults import before_fail_fast_exit
 from ._supervision.supervise import Supervision, start_heartbeats
 
-__all__ = ["proc_main", "start_controller"]
+__all__ = [
+    "proc_main",
+    "run_worker_loop_forever",
+    "run_worker_loop_until_shutdown",
+    "start_controller",
+    "start_worker_loop_forever",
+]
 
 # The actor runtime's backend unless configured: measured on a 2-core machine,
 # plain sockets carry a call_one round trip, a call to 8 actors and a
@@ -124,6 +142,86 @@ def _stop_controller_loop(runtime: Runtime, timeout: float) -> None:
 
 set_starter(start_controller)
 before_fail_fast_exit(stop_everything)
+
+
+# -- a worker --------------------------------------------------------------------------
+
+
+def run_worker_loop_until_shutdown(
+    *, address: str, ca: Any = TRUST_ALL, private_key: Any = None
+) -> None:
+    """Serve this host to controllers on other machines at ``address``
+    (``tcp://HOST:PORT``, ``ipc:///path``, or ``tcp://NAME:PORT@tcp://0.0.0.0:PORT``
+    to listen on every interface and be dialed by NAME), and return once a
+    controller shuts the host down. A controller that goes away without
+    shutting it down has its processes here killed; the next one may attach."""
+    configure_secret(ca, private_key)
+    dial, bind = split_alias(address)
+    if maybe_runtime() is not None:
+        raise RuntimeError(
+            "this process already runs Monarch (as a controller or a proc); run the worker "
+            "loop in a process of its own (`monarch worker --address ...`)"
+        )
+    prefer_backend(RUNTIME_BACKEND)
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        listener = loop.run_until_complete(listen(bind))
+    except OSError as error:
+        raise OSError(f"cannot listen at {bind}: {error}") from None
+    runtime = Runtime(loop, listener, "worker")
+    if dial != str(listener.address) and Address.parse(bind).port != 0:
+        runtime.aliases.add(runtime.address)
+        runtime.address = runtime.root = dial
+    install(runtime)
+    wire(runtime)
+    where = Address.parse(runtime.address)
+    advertise = ""
+    if where.scheme in ("tcp", "tls+tcp"):
+        advertise = where.host if where.host not in ("0.0.0.0", "::") else _own_ip()
+        os.environ[LISTEN_HOST_ENV] = advertise  # the procs forked here listen there
+    service = HostService(runtime, PROC_ENTRY, advertise)
+    runtime.serve()
+    try:
+        loop.run_until_complete(runtime.stopped.wait())
+    finally:
+        service.close()
+        loop.run_until_complete(runtime.close())
+
+
+def run_worker_loop_forever(*, address: str, ca: Any = TRUST_ALL, private_key: Any = None) -> None:
+    """Serve this host at ``address`` until a controller shuts it down, then
+    exit the process (Monarch's worker entry point; ``monarch worker`` runs it)."""
+    run_worker_loop_until_shutdown(address=address, ca=ca, private_key=private_key)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def start_worker_loop_forever(
+    *, address: str, ca: Any = TRUST_ALL, private_key: Any = None
+) -> Future[None]:
+    """Serve this host at ``address`` on a thread of its own; the future
+    resolves when a controller shuts the host down."""
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            run_worker_loop_until_shutdown(address=address, ca=ca, private_key=private_key)
+            done.set_result(None)
+        except BaseException as error:
+            done.set_exception(error)
+
+    threading.Thread(target=run, name="monarch-worker", daemon=True).start()
+    return Future._of(done)
+
+
+def _own_ip() -> str:
+    """This host's address for others, when a worker listens on every interface."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 # -- a proc -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ a slice is a new shape over the same table and pickles to a small reference.
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -24,6 +25,7 @@ from .._core.router import Frames
 from .._core.wire import Key, Kind, Op
 from .._procs.binding import check_binding
 from .._procs.logs import configure_streaming
+from .._procs.remote import RemoteAgent
 from .._procs.table import ProcTable, table_for
 from .._supervision.supervise import Supervision
 from .actor import EndpointProperty, check_actor_class, pickle_by_value_if_unimportable
@@ -40,6 +42,7 @@ from .proc_control import (
 __all__ = ["ActorMesh", "HostMesh", "ProcMesh", "this_host", "this_proc"]
 
 A = TypeVar("A")
+SHUTDOWN_TIMEOUT = 30.0  # seconds a worker gets to confirm it shut down
 
 
 def _proc_mesh_ref(
@@ -57,14 +60,26 @@ def _proc_mesh_ref(
 
 
 class HostMesh(MeshOps):
-    """A mesh of hosts; ``this_host()`` is the one this code runs on."""
+    """A mesh of hosts: ``this_host()`` is the one this code runs on;
+    ``attach_to_workers`` gives one of hosts on other machines."""
 
-    def __init__(self, shape: Shape, agents: list[Any]) -> None:
+    def __init__(
+        self,
+        shape: Shape,
+        agents: list[Any],
+        name: str = "hosts",
+        spawned: list[ProcMesh] | None = None,
+    ) -> None:
         self._shape = shape
-        self._agents = agents
+        self._agents = agents  # per host rank: a callable giving its agent
+        self._name = name
+        self._spawned = spawned if spawned is not None else []  # shared with slices
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(shape, self._agents)
+        return HostMesh(shape, self._agents, self._name, self._spawned)
+
+    def _hosts(self) -> list[Any]:
+        return [self._agents[rank]() for rank in self._shape.ndslice]
 
     def spawn_procs(
         self,
@@ -111,18 +126,77 @@ class HostMesh(MeshOps):
         shape = Shape(labels, Slice.new_row_major(sizes))
         name = name or "anon"
         table = ProcTable(f"{name}-{uuid.uuid4().hex[:12]}", name, len(shape))
+        hosts = self._hosts()
         procs = ProcMesh(table, shape, self)
         Supervision.of(get_runtime()).adopt(procs, "proc")
-        start_procs(self._agents[0](), table, per_host, bootstrap, proc_bind)
+        self._spawned.append(procs)
+        start_procs(hosts, table, per_host, bootstrap, proc_bind)
         return procs
 
+    def stop(self) -> Future[None]:
+        """Stop every proc mesh spawned on these hosts (their actors'
+        ``__cleanup__`` runs); the hosts stay, ready for more."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        meshes, self._spawned[:] = list(self._spawned), []
+
+        def run() -> None:
+            try:
+                for mesh in meshes:
+                    mesh.stop("the host mesh was stopped").get()
+                done.set_result(None)
+            except BaseException as error:
+                done.set_exception(error)
+
+        threading.Thread(target=run, daemon=True, name="monarch-host-stop").start()
+        return Future._of(done)
+
     def shutdown(self) -> Future[None]:
-        """Stop every process this script started on these hosts, and their agents."""
-        return shutdown_context()
+        """Stop every process this script started on these hosts; workers on
+        other machines then exit (``run_worker_loop_forever`` returns)."""
+        hosts = self._hosts()
+        if not any(isinstance(agent, RemoteAgent) for agent in hosts):
+            return shutdown_context()
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        stopping = self.stop()
+
+        def run() -> None:
+            try:
+                stopping.get()
+                for agent in hosts:
+                    if isinstance(agent, RemoteAgent):
+                        agent.shutdown()
+                for agent in hosts:
+                    if isinstance(agent, RemoteAgent):
+                        agent.down.result(SHUTDOWN_TIMEOUT)
+                done.set_result(None)
+            except BaseException as error:
+                done.set_exception(error)
+
+        threading.Thread(target=run, daemon=True, name="monarch-host-shutdown").start()
+        return Future._of(done)
 
     @property
     def initialized(self) -> Future[bool]:
-        return Future._done(True)
+        """``True`` once every host's worker answered; raises if one cannot be reached."""
+        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                for agent in self._hosts():
+                    if isinstance(agent, RemoteAgent):
+                        agent.ready.result()
+                done.set_result(True)
+            except BaseException as error:
+                done.set_exception(error)
+
+        threading.Thread(target=run, daemon=True, name="monarch-host-init").start()
+        return Future._of(done)
+
+    async def __aenter__(self) -> HostMesh:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
 
     def __repr__(self) -> str:
         return f"HostMesh({self._shape.extent})"

@@ -25,6 +25,7 @@ from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
 from .._procs.logs import set_forwarding
+from .._procs.remote import RemoteAgent
 from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
 from .local_actors import LocalActors
@@ -58,13 +59,15 @@ def host_agent() -> HostAgent:
 
 
 def start_procs(
-    agent: HostAgent,
+    hosts: list[Any],
     table: ProcTable,
     per_host: dict[str, int],
     bootstrap: Any,
     proc_bind: list[dict[str, str]] | None = None,
 ) -> None:
-    """Ask ``agent`` for the processes of ``table``; they tell us when they listen."""
+    """Ask each host's agent (``hosts[i]``, a ``HostAgent`` here or a
+    ``RemoteAgent`` on another host) for its processes of ``table``; they
+    tell us when they listen. Returns at once."""
     runtime = get_runtime()
     table.owned = True
     table.hostname = socket.gethostname()
@@ -73,31 +76,59 @@ def start_procs(
     local = 1
     for value in per_host.values():
         local *= value
-    master_port = _free_port()
-    for rank in range(table.size):
-        env = {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(table.size),
-            "LOCAL_RANK": str(rank % local),
-            "LOCAL_WORLD_SIZE": str(local),
-            "GROUP_RANK": str(rank // local),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(master_port),
-            "HYPERACTOR_PROCESS_NAME": f"{table.name}-{rank}",
-        }
-        info = {
-            "env": env,
-            "owner": runtime.address,
-            "mesh": table.id,
-            "rank": rank,
-            "bootstrap": bootstrap,
-            "bind": proc_bind[rank % local] if proc_bind else None,
-            "argv0": sys.argv[0] if sys.argv else "",
-            "path": list(sys.path),
-            "root": runtime.root,
-            "heartbeat": beat_every,
-        }
-        agent.spawn(table, rank, info)
+
+    def go() -> None:
+        master_addr, master_port = _master(hosts[0])
+        for rank in range(table.size):
+            agent = hosts[rank // local]
+            table.agents[rank] = agent
+            table.hosts[rank] = agent.hostname
+            env = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(table.size),
+                "LOCAL_RANK": str(rank % local),
+                "LOCAL_WORLD_SIZE": str(local),
+                "GROUP_RANK": str(rank // local),
+                "GROUP_WORLD_SIZE": str(len(hosts)),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                "HYPERACTOR_PROCESS_NAME": f"{table.name}-{rank}",
+            }
+            info = {
+                "env": env,
+                "owner": runtime.address,
+                "mesh": table.id,
+                "rank": rank,
+                "bootstrap": bootstrap,
+                "bind": proc_bind[rank % local] if proc_bind else None,
+                "argv0": sys.argv[0] if sys.argv else "",
+                "path": list(sys.path),
+                "root": runtime.root,
+                "heartbeat": beat_every,
+            }
+            agent.spawn(table, rank, info)
+
+    remote = [agent.ready for agent in hosts if isinstance(agent, RemoteAgent)]
+    if not remote:
+        go()
+        return
+    left = [len(remote)]
+
+    def one_ready(_: object) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            runtime.call_soon(go)
+
+    for ready in remote:
+        ready.add_done_callback(one_ready)
+
+
+def _master(agent: Any) -> tuple[str, int]:
+    """Where rank 0's host is reached, and a port free there (torch.distributed's rendezvous)."""
+    if isinstance(agent, RemoteAgent) and agent.ready.done() and not agent.ready.exception():
+        info = agent.ready.result()
+        return str(info.get("ip") or "127.0.0.1"), int(info.get("free_port") or 29500)
+    return "127.0.0.1", _free_port()
 
 
 def _proc_ready(runtime: Runtime, header: dict[str, Any], frames: Frames) -> None:
@@ -116,18 +147,22 @@ def _proc_ready(runtime: Runtime, header: dict[str, Any], frames: Frames) -> Non
         table.mark_ready()
 
 
-def proc_exited(runtime: Runtime, table: ProcTable, rank: int, code: int, why: str) -> None:
-    """The host agent saw process ``rank`` of ``table`` exit (on the loop)."""
+def proc_exited(runtime: Runtime, table: ProcTable, rank: int, code: int | None, why: str) -> None:
+    """The host agent saw process ``rank`` of ``table`` exit (on the loop);
+    ``code`` None: it was lost with its host, ``why`` says how."""
     address = table.addresses[rank]
     pid = table.pids.pop(rank, None)
     expected = rank in table.stopping
-    emit(ProcExited(table.id, rank, code, expected=expected))
+    emit(ProcExited(table.id, rank, -1 if code is None else code, expected=expected))
     table.notify_exits()
     supervision = Supervision.of(runtime)
-    reason = supervision.exit_reason(table, rank, code)
-    reason += f" (process {table.name}-{rank}, pid {pid}, host {table.hostname})"
-    if why:
-        reason = f"{reason}; its last words:\n{why.rstrip()}"
+    where = f"(process {table.name}-{rank}, pid {pid}, host {table.host_of(rank)})"
+    if code is None:
+        reason = f"the process was lost with its host {where}: {why}"
+    else:
+        reason = f"{supervision.exit_reason(table, rank, code)} {where}"
+        if why:
+            reason = f"{reason}; its last words:\n{why.rstrip()}"
     if not expected:
         log.error("%s", reason)
         if not table.ready:
@@ -188,12 +223,12 @@ def stop_procs(table: ProcTable, ranks: list[int], reason: str) -> Future[None]:
             _settle(done)
 
     def kill_left() -> None:
-        agent = agents.get(runtime.address)
-        if agent is not None and not done.done():
-            for rank in ranks:
-                pid = table.pids.get(rank)
-                if pid is not None:
-                    agent.kill(pid)
+        if done.done():
+            return
+        for rank in ranks:
+            agent, pid = table.agents.get(rank), table.pids.get(rank)
+            if agent is not None and pid is not None:
+                agent.kill(pid)
 
     runtime.call_soon(table.when_ready, go)
     return Future._of(done)
@@ -296,5 +331,5 @@ def stop_everything() -> None:
     for future in futures:
         with contextlib.suppress(Exception):
             future.get(STOP_TIMEOUT + 2)
-    for address in list(agents):
-        agents.pop(address).close()
+    for pid in list(agents):
+        agents.pop(pid).close()

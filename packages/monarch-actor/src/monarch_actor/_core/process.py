@@ -20,6 +20,7 @@ from monarch_transport import Address, default_listen_address
 from .router import Runtime
 
 __all__ = [
+    "LISTEN_HOST_ENV",
     "get_runtime",
     "install",
     "job_dir",
@@ -51,8 +52,16 @@ def join_job(folder: str) -> None:
     _job_dir = folder
 
 
+LISTEN_HOST_ENV = "MONARCH_LISTEN_HOST"
+
+
 def listen_address() -> Address:
-    """Where this process listens: the configured kind; Unix sockets in the job's folder."""
+    """Where this process listens: the configured kind; Unix sockets in the
+    job's folder; TCP on ``$MONARCH_LISTEN_HOST`` where a worker set it for
+    the procs it starts (so the other hosts reach them)."""
+    host = os.environ.get(LISTEN_HOST_ENV)
+    if host:
+        return Address("tcp", host=host, port=0)
     address = default_listen_address()
     if address.scheme == "ipc":
         name = os.path.basename(address.path or "") or f"{uuid.uuid4().hex[:16]}.sock"

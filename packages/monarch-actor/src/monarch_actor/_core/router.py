@@ -187,7 +187,9 @@ class Runtime:
         self.loop = loop
         self.listener = listener
         self.address = str(listener.address)
-        self.role = role  # "controller" or "proc"
+        self.aliases: set[str] = set()  # other addresses this process listens at
+        self.listeners = [listener]
+        self.role = role  # "controller", "proc" or "worker"
         self.thread_id = threading.get_ident()
         self.closing = False
         self.outboxes: dict[str, Outbox] = {}
@@ -261,7 +263,7 @@ class Runtime:
 
     def post(self, address: str, frames: Frames) -> None:
         """Send one message (on the loop). To this process, it is dispatched at once."""
-        if address == self.address:
+        if address == self.address or address in self.aliases:
             # the sender keeps its buffers: a local receiver gets copies, as a remote one would
             local = (
                 [frames[0], frames[1], *(bytes(f) for f in frames[2:])]
@@ -288,7 +290,7 @@ class Runtime:
         hurry, see ``Outbox.from_thread``)."""
         if self.on_loop():
             self.post(address, frames)
-        elif address == self.address or not address:
+        elif address == self.address or not address or address in self.aliases:
             self.loop.call_soon_threadsafe(self.post, address, frames)
         else:
             outbox = self.outboxes.get(address)
@@ -336,9 +338,7 @@ class Runtime:
 
     # -- ports -------------------------------------------------------------------------
 
-    def open_port(
-        self, deliver: Handler, lost: Callable[[str, str], None] | None = None
-    ) -> int:
+    def open_port(self, deliver: Handler, lost: Callable[[str, str], None] | None = None) -> int:
         pid = next(self.port_ids)
         self.ports[pid] = PortEntry(deliver, lost)
         return pid
@@ -397,6 +397,17 @@ class Runtime:
         """Handle every message the listener gets, as it arrives."""
         self.listener.deliver_to(self._on_event)
 
+    def listen_also(self, listener: Listener) -> None:
+        """Listen at a second address, reachable from other hosts (on the
+        loop): it becomes this process's address, for everything sent from
+        now on; the first one stays in ``aliases`` for those who know it."""
+        self.aliases.add(self.address)
+        self.listeners.append(listener)
+        self.address = str(listener.address)
+        if self.role == "controller":
+            self.root = self.address
+        listener.deliver_to(self._on_event)
+
     def _on_event(self, event: Received | PeerLeft) -> None:
         if isinstance(event, Received):
             try:
@@ -444,4 +455,5 @@ class Runtime:
             if outbox.sender is not None:
                 with contextlib.suppress(TransportError, OSError, TimeoutError):
                     await asyncio.wait_for(outbox.sender.aclose(), 2.0)
-        await self.listener.aclose()
+        for listener in self.listeners:
+            await listener.aclose()

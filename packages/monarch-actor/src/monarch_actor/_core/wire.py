@@ -32,6 +32,8 @@ class Kind(StrEnum):
     FAILURE = "f"  # a failure, for the supervision tree of the owner's process
     HEARTBEAT = "h"  # a proc is alive
     SINGLETON = "n"  # get_or_spawn_controller, asked of the controller
+    HOST = "w"  # a controller asks a worker's host agent (spawn, kill, stop, shutdown)
+    HOST_EVENT = "e"  # a worker tells its controller (spawned, exited, alive, stopped)
 
 
 class Op(StrEnum):
@@ -72,6 +74,10 @@ class Key:
     PID = "pid"
     FD = "fd"
     PROC = "proc"
+    # Kind.HOST, Kind.HOST_EVENT
+    HOST_OP = "ho"  # what is asked or told: spawn, kill, stop, shutdown / spawned, exited, ...
+    REQUEST = "rq"  # the controller's number for a spawn, echoed in its events
+    CODE = "code"  # an exit status
 
 
 def port_header(pid: int, rank: int = 0, failed: bool = False) -> dict[str, Any]:

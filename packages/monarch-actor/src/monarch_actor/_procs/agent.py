@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ from monarch_transport import SECRET_ENV, job_secret
 from .._core.process import get_runtime, job_dir
 from .._core.router import Runtime
 
-__all__ = ["JOB_DIR_OWNER_ENV", "HostAgent", "agents", "local_agent"]
+__all__ = ["JOB_DIR_OWNER_ENV", "HostAgent", "agents", "local_agent", "start_blob"]
 
 JOB_DIR_OWNER_ENV = "MONARCH_AGENT_OWNS_JOB_DIR"
 
@@ -29,11 +30,19 @@ JOB_DIR_OWNER_ENV = "MONARCH_AGENT_OWNS_JOB_DIR"
 class HostAgent:
     """The fork server of this host, started on first use, and the procs it started."""
 
+    hostname = socket.gethostname()
+
     def __init__(
-        self, runtime: Runtime, on_exit: Callable[[Any, int, int, str], None], entry: str
+        self,
+        runtime: Runtime,
+        on_exit: Callable[[Any, int, int, str], None],
+        entry: str,
+        on_spawned: Callable[[Any, int, int], None] | None = None,
     ) -> None:
         self.runtime = runtime
         self.on_exit = on_exit  # (proc table, rank, exit code, its last words), on the loop
+        # (owner, rank, pid) once a process is forked; by default the owner's ``pids`` learn it
+        self.on_spawned = on_spawned
         self.lock = threading.Lock()
         self.ids = itertools.count()
         self.owners: dict[int, tuple[Any, int]] = {}  # pid -> (table, rank)
@@ -47,7 +56,7 @@ class HostAgent:
         env.setdefault("MONARCH_PRELOAD", "torch" if "torch" in sys.modules else "")
         # the job's folder belongs to the controller: only its agent may remove it, when
         # the controller died without cleaning up (an agent started by a proc must not)
-        env[JOB_DIR_OWNER_ENV] = "1" if runtime.role == "controller" else "0"
+        env[JOB_DIR_OWNER_ENV] = "1" if runtime.role in ("controller", "worker") else "0"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "monarch_actor._procs.zygote", str(write), entry],
             stdin=subprocess.PIPE,
@@ -59,12 +68,15 @@ class HostAgent:
         threading.Thread(target=self._read_events, name="monarch-host-agent", daemon=True).start()
 
     def spawn(self, table: Any, rank: int, info: dict[str, Any]) -> None:
+        """Fork a process for ``rank`` of ``table``, to run with ``info``."""
+        self.spawn_blob(table, rank, start_blob(info))
+
+    def spawn_blob(self, table: Any, rank: int, blob: bytes) -> None:
+        """Fork a process from an encoded start (``start_blob``), as a worker
+        receives it from a controller on another host."""
         request = next(self.ids)
         self.spawning[request] = (table, rank)
-        # the controller's sys.path travels outside the pickled info: the proc
-        # needs it to unpickle what the info refers to (a bootstrap function)
-        start = {"path": info.pop("path", None), "info": cloudpickle.dumps(info)}
-        self._command({"op": "spawn", "id": request, "blob": pickle.dumps(start)})
+        self._command({"op": "spawn", "id": request, "blob": blob})
 
     def kill(self, pid: int, sig: int = 9) -> None:
         self._command({"op": "kill", "pid": pid, "sig": sig})
@@ -97,7 +109,10 @@ class HostAgent:
         if event["ev"] == "spawned":
             table, rank = self.spawning.pop(event["id"])
             self.owners[event["pid"]] = (table, rank)
-            table.pids[rank] = event["pid"]
+            if self.on_spawned is not None:
+                self.on_spawned(table, rank, event["pid"])
+            else:
+                table.pids[rank] = event["pid"]
         elif event["ev"] == "exited":
             owner = self.owners.pop(event["pid"], None)
             if owner is not None:
@@ -111,7 +126,17 @@ class HostAgent:
             self.process.wait(5)
 
 
-agents: dict[str, HostAgent] = {}
+def start_blob(info: dict[str, Any]) -> bytes:
+    """What a forked process starts from: ``info`` pickled by value where it
+    must be (a bootstrap function from a script)."""
+    # the controller's sys.path travels outside the pickled info: the proc
+    # needs it to unpickle what the info refers to (a bootstrap function)
+    start = {"path": info.pop("path", None), "info": cloudpickle.dumps(info)}
+    return pickle.dumps(start)
+
+
+# by process id: a forked child must not use its parent's agent
+agents: dict[int, HostAgent] = {}
 
 
 def local_agent(on_exit: Callable[[Any, int, int, str], None], entry: str) -> HostAgent:
@@ -119,7 +144,7 @@ def local_agent(on_exit: Callable[[Any, int, int, str], None], entry: str) -> Ho
     runs ``entry`` ("module:function", given the proc's start blob), and
     ``on_exit(table, rank, code, why)`` hears of every one that exits."""
     runtime = get_runtime()
-    agent = agents.get(runtime.address)
+    agent = agents.get(os.getpid())
     if agent is None:
-        agent = agents[runtime.address] = runtime.run_sync(HostAgent, runtime, on_exit, entry)
+        agent = agents[os.getpid()] = runtime.run_sync(HostAgent, runtime, on_exit, entry)
     return agent

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from .._core.process import get_runtime
 from .._core.router import Runtime
@@ -36,10 +37,16 @@ class ProcTable:
         self.lock = threading.Lock()
         self.pids: dict[int, int] = {}  # rank -> pid, while the process lives
         self.hostname = ""  # where the processes run (set by the host that started them)
+        self.hosts: dict[int, str] = {}  # rank -> its host, where ranks live on several
+        self.agents: dict[int, Any] = {}  # rank -> the host agent that started it (kills it)
         self.exit_waiters: list[tuple[list[int], Callable[[], None]]] = []
         self.failure: str | None = None
         self.owned = False
         self.stopping: set[int] = set()  # ranks asked to stop: their exit is no failure
+
+    def host_of(self, rank: int) -> str:
+        """The host process ``rank`` runs on, as its agent names it."""
+        return self.hosts.get(rank, self.hostname)
 
     @property
     def stopped(self) -> bool:

@@ -30,7 +30,6 @@ from .._core.current import Running, current
 from .._core.lifecycle import HeartbeatMissed, emit
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
-from .._procs.agent import agents
 from .._procs.table import ProcTable, ProcTables
 from .faults import report_to_root
 
@@ -300,7 +299,7 @@ class Supervision:
         address = table.addresses[rank]
         if address:  # calls in flight fail now, not when the kill lands
             self.runtime.peer_gone(address, reason)
-        agent = agents.get(self.runtime.address)
+        agent = table.agents.get(rank)
         pid = table.pids.get(rank)
         if agent is not None and pid is not None:
             agent.kill(pid)  # its exit is then reported with this reason

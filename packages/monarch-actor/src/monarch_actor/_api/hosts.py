@@ -1,0 +1,219 @@
+"""Hosts on other machines: the controller attaches to workers
+(``attach_to_workers``) and gets a ``HostMesh`` of them; the job's secret
+both sides must share; where the controller listens so workers reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import ipaddress
+import logging
+import os
+import socket
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from monarch_mesh import Shape, Slice
+from monarch_transport import SECRET_ENV, Address, default_listen_address, listen
+
+from .._core.future import Future
+from .._core.process import get_runtime, maybe_runtime
+from .._core.router import Runtime
+from .._procs.remote import RemoteAgent, RemoteAgents
+from .mesh import HostMesh
+from .proc_control import proc_exited
+
+__all__ = [
+    "SECRET_FILE_ENV",
+    "TRUST_ALL",
+    "attach_to_workers",
+    "configure_secret",
+    "split_alias",
+]
+
+log = logging.getLogger("monarch.actor.hosts")
+TRUST_ALL = "trust_all_connections"
+SECRET_FILE_ENV = "MONARCH_JOB_SECRET_FILE"
+# with ca="trust_all_connections" and no secret, both sides use this one: it
+# is public, so it keeps out nobody; it only lets Monarch's scripts run as written
+_PUBLIC_SECRET = "6d6f6e617263682d74727573742d616c6c2d636f6e6e656374696f6e73"
+
+
+def configure_secret(ca: Any, private_key: Any) -> None:
+    """Settle the job's secret before anything connects: ``$MONARCH_JOB_SECRET``,
+    or the file ``$MONARCH_JOB_SECRET_FILE`` names; with ``ca="trust_all_connections"``
+    and neither, a public one (with a warning: anyone who reaches a worker's
+    port can then run code on it)."""
+    if ca != TRUST_ALL or private_key is not None:
+        raise ValueError(
+            "certificates are given through the environment, not ca=/private_key=: use "
+            "tls+tcp:// addresses with HYPERACTOR_TLS_CA, HYPERACTOR_TLS_CERT and "
+            "HYPERACTOR_TLS_KEY set (PEM file paths) on the workers and the controller, "
+            f"and pass ca={TRUST_ALL!r}; or share a job secret ({SECRET_ENV})"
+        )
+    if os.environ.get(SECRET_ENV):
+        return
+    path = os.environ.get(SECRET_FILE_ENV)
+    if path:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError as error:
+            raise ValueError(f"{SECRET_FILE_ENV}={path!r} cannot be read: {error}") from None
+        os.environ[SECRET_ENV] = text
+        return
+    if maybe_runtime() is not None:
+        raise RuntimeError(
+            "the runtime already started with a secret of its own, which the workers do not "
+            f"know: call attach_to_workers() before anything else, or set {SECRET_ENV} (hex) "
+            "in the environment of the workers and of this script"
+        )
+    warnings.warn(
+        f"ca={TRUST_ALL!r} with no job secret: anyone who can reach these ports can run code "
+        f"here. Set {SECRET_ENV} (32+ hex digits) or {SECRET_FILE_ENV} on every host to keep "
+        "them out",
+        stacklevel=3,
+    )
+    os.environ[SECRET_ENV] = _PUBLIC_SECRET
+
+
+def split_alias(address: str) -> tuple[str, str]:
+    """``dial@bind`` -> (where peers dial, where to listen); a plain address is both."""
+    if not isinstance(address, str) or not address:
+        raise TypeError(f"a worker address is a str such as 'tcp://host:port', got {address!r}")
+    tail = address.rpartition("@")
+    if "://" in tail[2] and "://" in tail[0]:
+        return _canonical(tail[0]), _canonical(tail[2])
+    return _canonical(address), _canonical(address)
+
+
+def _canonical(text: str) -> str:
+    if "@" in text and "://" in text.partition("@")[2]:
+        text = text.partition("@")[2]  # <proc-id>@<url>: the url
+    address = Address.parse(text)
+    if address.scheme in ("tcp", "tls+tcp") and address.host == "*":
+        raise ValueError(
+            f"{text!r}: a wildcard host cannot be dialed; listen on tcp://0.0.0.0:PORT and "
+            "give the name others reach it by: tcp://NAME:PORT@tcp://0.0.0.0:PORT"
+        )
+    return str(address)
+
+
+def attach_to_workers(
+    *,
+    workers: Sequence[str | Future[str]],
+    ca: Any = TRUST_ALL,
+    private_key: Any = None,
+    name: str | None = None,
+) -> HostMesh:
+    """A mesh of the hosts whose workers (``run_worker_loop_forever``) listen
+    at ``workers``, of extent ``{"hosts": len(workers)}``. Returns at once;
+    ``await hosts.initialized`` (or ``.get()``) waits until every worker answered."""
+    if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence) or not workers:
+        raise TypeError(f"workers is a non-empty list of addresses, got {workers!r}")
+    configure_secret(ca, private_key)
+    runtime = get_runtime()
+    registry = runtime.run_sync(_registry, runtime)
+    on_exit = _on_exit(runtime)
+    agents: list[concurrent.futures.Future[RemoteAgent]] = []
+    for worker in workers:
+        found: concurrent.futures.Future[RemoteAgent] = concurrent.futures.Future()
+        agents.append(found)
+        if isinstance(worker, str):
+            _attach(runtime, registry, split_alias(worker)[0], on_exit, found)
+        elif isinstance(worker, Future):
+            threading.Thread(
+                target=_attach_later,
+                args=(runtime, registry, worker, on_exit, found),
+                daemon=True,
+                name="monarch-attach",
+            ).start()
+        else:
+            raise TypeError(f"a worker is an address (str) or a Future of one, got {worker!r}")
+    shape = Shape(["hosts"], Slice.new_row_major([len(workers)]))
+    return HostMesh(shape, [found.result for found in agents], name=name or "hosts")
+
+
+def _registry(runtime: Runtime) -> RemoteAgents:
+    found = runtime.services.get(RemoteAgents)
+    return found if found is not None else runtime.provide(RemoteAgents(runtime))
+
+
+def _on_exit(runtime: Runtime) -> Any:
+    return lambda table, rank, code, why: proc_exited(runtime, table, rank, code, why)
+
+
+def _attach_later(
+    runtime: Runtime,
+    registry: RemoteAgents,
+    worker: Future[str],
+    on_exit: Any,
+    found: concurrent.futures.Future[RemoteAgent],
+) -> None:
+    try:
+        address = split_alias(worker.get())[0]
+    except BaseException as error:
+        found.set_exception(error)
+        return
+    _attach(runtime, registry, address, on_exit, found)
+
+
+def _attach(
+    runtime: Runtime,
+    registry: RemoteAgents,
+    address: str,
+    on_exit: Any,
+    found: concurrent.futures.Future[RemoteAgent],
+) -> None:
+    try:
+        reachable_from(runtime, Address.parse(address))
+        found.set_result(runtime.run_sync(registry.attach, address, on_exit))
+    except BaseException as error:
+        found.set_exception(error)
+
+
+_listening = threading.Lock()
+
+
+def reachable_from(runtime: Runtime, worker: Address) -> None:
+    """Make sure the controller listens where ``worker``'s host can reach it:
+    a TCP worker needs a TCP controller, on the interface that routes to it
+    (or where ``enable_transport("tcp://ADDR:0")`` said)."""
+    if worker.scheme not in ("tcp", "tls+tcp"):
+        return
+    with _listening:
+        mine = Address.parse(runtime.address)
+        if mine.scheme == worker.scheme and not (
+            _is_loopback(mine.host) and not _is_loopback(worker.host)
+        ):
+            return
+        chosen = default_listen_address()
+        if chosen.scheme == worker.scheme and chosen.host not in ("", "0.0.0.0", "::"):
+            host = chosen.host
+        else:
+            host = route_to(worker.host)
+        bind = Address(worker.scheme, host=host, port=0)
+        listener = asyncio.run_coroutine_threadsafe(listen(bind), runtime.loop).result(30)
+        runtime.run_sync(runtime.listen_also, listener)
+        log.info("the controller listens at %s for workers on other hosts", runtime.address)
+
+
+def route_to(host: str) -> str:
+    """This machine's address on the interface that routes to ``host``."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host.strip("[]"), 9))  # UDP: nothing is sent
+        except OSError as error:
+            raise ConnectionError(f"no route to worker host {host}: {error}") from None
+        return str(probe.getsockname()[0])
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -176,6 +176,10 @@ class Victim(Actor):
         return os.getpid()
 
     @endpoint
+    def env(self, names: list[str]) -> list[str | None]:
+        return [os.environ.get(name) for name in names]
+
+    @endpoint
     def block(self, seconds: float) -> float:
         time.sleep(seconds)  # a sync endpoint, busy
         return seconds

@@ -114,6 +114,11 @@ def attach_to_workers(
     ``await hosts.initialized`` (or ``.get()``) waits until every worker answered."""
     if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence) or not workers:
         raise TypeError(f"workers is a non-empty list of addresses, got {workers!r}")
+    for worker in workers:
+        if isinstance(worker, str):
+            split_alias(worker)  # a bad address is an error before anything starts
+        elif not isinstance(worker, Future):
+            raise TypeError(f"a worker is an address (str) or a Future of one, got {worker!r}")
     configure_secret(ca, private_key)
     runtime = get_runtime()
     registry = runtime.run_sync(_registry, runtime)
@@ -124,15 +129,13 @@ def attach_to_workers(
         agents.append(found)
         if isinstance(worker, str):
             _attach(runtime, registry, split_alias(worker)[0], on_exit, found)
-        elif isinstance(worker, Future):
+        else:
             threading.Thread(
                 target=_attach_later,
                 args=(runtime, registry, worker, on_exit, found),
                 daemon=True,
                 name="monarch-attach",
             ).start()
-        else:
-            raise TypeError(f"a worker is an address (str) or a Future of one, got {worker!r}")
     shape = Shape(["hosts"], Slice.new_row_major([len(workers)]))
     return HostMesh(shape, [found.result for found in agents], name=name or "hosts")
 

@@ -356,6 +356,13 @@ class Runtime:
                 if outbox is not None and outbox.failure is not None:
                     entry.lost(address, outbox.failure)
 
+    def reset_peer(self, address: str) -> None:
+        """Forget a failed connection to ``address``, so the next message
+        dials anew (a worker that was not up yet, or has restarted)."""
+        outbox = self.outboxes.get(address)
+        if outbox is not None and outbox.failure is not None:
+            del self.outboxes[address]
+
     def peer_gone(self, address: str, reason: str) -> None:
         """``address`` will never answer (its process exited or was declared
         dead; on the loop): what is queued for it and whoever waits for it
@@ -388,6 +395,8 @@ class Runtime:
             first, stop = header.get(Key.BRANCH, [0, 1])
             for position in range(first, stop):
                 self.send(port[0], port_header(port[1], position, failed=True), error)
+        elif header.get(Key.KIND) == Kind.HOST:
+            log.debug("a host request for %s was not delivered: %s", address, reason)
         else:
             log.warning("dropped a message for %s: %s", address, reason)
 

@@ -24,10 +24,12 @@ from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
 from .agent import start_blob
 
-__all__ = ["HOST_DEADLINE_ENV", "RemoteAgent", "RemoteAgents"]
+__all__ = ["ATTACH_TIMEOUT_ENV", "HOST_DEADLINE_ENV", "RemoteAgent", "RemoteAgents"]
 
 log = logging.getLogger("monarch.actor.hosts")
 HOST_DEADLINE_ENV = "MONARCH_HOST_DEADLINE"
+ATTACH_TIMEOUT_ENV = "MONARCH_ATTACH_TIMEOUT"
+RETRY = 0.25  # seconds between tries to reach a worker that is not up yet
 KILL_CONFIRM = 2.0  # seconds a worker gets to confirm a kill before the process counts as gone
 
 # (table, rank, code, last words) of a process that exited, or (table, rank, None, reason)
@@ -35,14 +37,14 @@ KILL_CONFIRM = 2.0  # seconds a worker gets to confirm a kill before the process
 OnExit = Callable[[Any, int, "int | None", str], None]
 
 
-def host_deadline() -> float:
-    text = os.environ.get(HOST_DEADLINE_ENV, "5")
+def _seconds(name: str, default: float) -> float:
+    text = os.environ.get(name, str(default))
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"{HOST_DEADLINE_ENV} must be a number of seconds, got {text!r}") from None
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
     if not value > 0:
-        raise ValueError(f"{HOST_DEADLINE_ENV} must be positive, got {value}")
+        raise ValueError(f"{name} must be positive, got {value}")
     return value
 
 
@@ -64,14 +66,30 @@ class RemoteAgent:
         self.last_seen = runtime.loop.time()
         self.lost: str | None = None
         self.shutting_down = False
-        self.deadline = host_deadline()
+        self.deadline = _seconds(HOST_DEADLINE_ENV, 5.0)
+        # a worker may come up after the controller asks for it (a job starting)
+        self.attach_by = runtime.loop.time() + _seconds(ATTACH_TIMEOUT_ENV, 60.0)
 
     def _send(self, op: str, payload: Any = None, **fields: Any) -> None:
         header = {Key.KIND: Kind.HOST, Key.HOST_OP: op, Key.OWNER: self.runtime.address, **fields}
         self.runtime.send(self.address, header, payload)
 
     def hello(self) -> None:
+        self.runtime.reset_peer(self.address)
         self._send("hello")
+
+    def unreachable(self, reason: str) -> None:
+        """The connection failed: before the worker ever answered, try again
+        until the attach deadline; after, the host is lost."""
+        now = self.runtime.loop.time()
+        if self.ready.done() or now > self.attach_by or self.lost is not None:
+            self.host_lost(f"the connection to its worker broke ({reason})")
+        else:
+            self.runtime.loop.call_later(RETRY, self._retry)
+
+    def _retry(self) -> None:
+        if self.lost is None and not self.ready.done():
+            self.hello()
 
     def spawn(self, table: Any, rank: int, info: dict[str, Any]) -> None:
         """Ask the worker to fork a process for ``rank`` of ``table``."""
@@ -158,6 +176,8 @@ class RemoteAgent:
             self.on_exit(table, rank, None, self.lost)
 
     def check(self, now: float) -> None:
+        if self.lost is None and not self.ready.done() and now > self.attach_by:
+            self.host_lost(f"its worker did not answer in {ATTACH_TIMEOUT_ENV} seconds")
         if self.lost is None and self.ready.done() and now - self.last_seen > self.deadline:
             self.host_lost(
                 f"silent for {now - self.last_seen:.1f} s (deadline {self.deadline:g} s, "
@@ -194,7 +214,7 @@ class RemoteAgents(dict[str, RemoteAgent]):
     def _lost(self, address: str, reason: str) -> None:
         agent = self.get(address)
         if agent is not None and not self.runtime.closing:
-            agent.host_lost(f"the connection to its worker broke ({reason})")
+            agent.unreachable(reason)
 
     def _check(self) -> None:
         now = self.runtime.loop.time()

@@ -1,0 +1,174 @@
+"""Hosts behind workers, with real processes over TCP on this machine: a
+worker per host (``run_worker_loop_forever``), the test process attaching to
+them as the controller. (Hosts in network namespaces of their own are the
+integration tests' business.)"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from actors import Victim
+
+from monarch_actor import SupervisionError, attach_to_workers
+from monarch_transport import job_secret
+
+WORKER = "from monarch_actor import run_worker_loop_forever as run; import sys; "
+WORKER += "run(address=sys.argv[1], ca='trust_all_connections')"
+LOST = 10.0  # seconds: a vanished host's procs fail their callers within this
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+class Workers:
+    def __init__(self, n: int) -> None:
+        job_secret()  # made and exported now: the workers share it
+        self.addresses = [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)]
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", WORKER, a], start_new_session=True)
+            for a in self.addresses
+        ]
+
+    def kill(self, i: int) -> None:
+        """The whole host vanishes: its worker and every process it started."""
+        os.killpg(self.procs[i].pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture
+def workers():
+    w = Workers(2)
+    yield w
+    w.close()
+
+
+def test_procs_span_hosts_with_a_torch_distributed_environment(workers):
+    hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+    assert dict(zip(hosts.extent.labels, hosts.extent.sizes, strict=True)) == {"hosts": 2}
+    assert hosts.initialized.get(timeout=60) is True
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    extent = dict(zip(procs.extent.labels, procs.extent.sizes, strict=True))
+    assert extent == {"hosts": 2, "gpus": 2}
+    victims = procs.spawn("v", Victim)
+    pids = victims.pid.call().get(timeout=60)
+    envs = victims.env.call(
+        ["RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
+    ).get(timeout=30)
+    for point, env in envs.items():
+        rank = point["hosts"] * 2 + point["gpus"]
+        assert env[:4] == [str(rank), str(point["gpus"]), str(point["hosts"]), "4"]
+    assert len({tuple(env[4:]) for _, env in envs.items()}) == 1  # one rendezvous
+    # each host's procs were forked by that host's worker
+    for point, pid in pids.items():
+        zygote = parent_of(pid)
+        assert parent_of(zygote) == workers.procs[point["hosts"]].pid
+    # a slice of the hosts spawns only there
+    second = hosts.slice(hosts=1).spawn_procs(per_host={"gpus": 1})
+    (pid,) = [p for _, p in second.spawn("w", Victim).pid.call().get(timeout=60).items()]
+    assert parent_of(parent_of(pid)) == workers.procs[1].pid
+    hosts.shutdown().get(timeout=60)
+    assert [p.wait(30) for p in workers.procs] == [0, 0]  # the workers exit when shut down
+
+
+def test_a_host_that_vanishes_fails_its_callers_naming_it_and_the_rest_work(workers, failures):
+    hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    victims = procs.spawn("v", Victim)
+    victims.pid.call().get(timeout=60)
+    busy = victims.slice(hosts=1).block.call_one(60.0)
+    started = time.monotonic()
+    workers.kill(1)
+    with pytest.raises(SupervisionError, match=r"127\.0\.0\.1:\d+|host"):
+        busy.get(timeout=LOST)
+    assert time.monotonic() - started < LOST
+    assert victims.slice(hosts=0).pid.call_one().get(timeout=10) > 0
+    deadline = time.monotonic() + LOST
+    while not failures and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(failures) == 1 and failures[0].crashed_ranks == [1]
+    assert "host" in failures[0].report()
+    with pytest.raises(SupervisionError):
+        victims.slice(hosts=1).pid.call_one().get(timeout=5)
+    procs.slice(hosts=0).stop().get(timeout=30)
+
+
+def test_attach_waits_for_a_worker_that_comes_up_later():
+    job_secret()
+    address = f"tcp://127.0.0.1:{free_port()}"
+    hosts = attach_to_workers(workers=[address], ca="trust_all_connections")
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, address], start_new_session=True)
+    try:
+        assert hosts.initialized.get(timeout=60) is True
+        hosts.shutdown().get(timeout=60)
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+
+
+def test_a_killed_controller_leaves_no_procs_and_the_worker_serves_the_next(tmp_path):
+    workers = Workers(1)
+    script = tmp_path / "controller.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys, time
+            sys.path.insert(0, {os.path.dirname(__file__)!r})
+            from actors import Victim
+            from monarch_actor import attach_to_workers
+            hosts = attach_to_workers(workers=[{workers.addresses[0]!r}])
+            pids = hosts.spawn_procs(per_host={{"gpus": 2}}).spawn("v", Victim).pid.call().get(60)
+            print(" ".join(str(p) for _, p in pids.items()), flush=True)
+            time.sleep(600)
+            """
+        )
+    )
+    try:
+        controller = subprocess.Popen(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+        )
+        pids = [int(p) for p in controller.stdout.readline().split()]
+        assert len(pids) == 2
+        controller.kill()
+        controller.wait(10)
+        deadline = time.monotonic() + 15
+        while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(os.path.exists(f"/proc/{p}") for p in pids)
+        # the worker outlives its controller and serves the next one
+        hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+        victim = hosts.spawn_procs(per_host={"gpus": 1}).spawn("v", Victim)
+        assert victim.pid.call_one().get(timeout=60) > 0
+        hosts.shutdown().get(timeout=60)
+    finally:
+        workers.close()
+
+
+def test_bad_worker_addresses_say_what_is_wrong():
+    job_secret()
+    with pytest.raises(TypeError, match="non-empty list"):
+        attach_to_workers(workers="tcp://127.0.0.1:1", ca="trust_all_connections")
+    with pytest.raises(ValueError, match="wildcard"):
+        attach_to_workers(workers=["tcp://*:4444"], ca="trust_all_connections")
+    with pytest.raises(Exception, match="address"):
+        attach_to_workers(workers=["nonsense"], ca="trust_all_connections")
+    with pytest.raises(ValueError, match="HYPERACTOR_TLS_CA"):
+        attach_to_workers(workers=["tcp://127.0.0.1:1"], ca=b"PEM")

@@ -10,7 +10,8 @@ CORE_AND_COMMON = [
     "Point", "Extent", "ActorError", "MeshFailure", "unhandled_fault_hook", "Channel",
     "Port", "PortReceiver", "send", "Accumulator", "concurrent_endpoint", "Endpoint",
     "enable_transport", "ChannelTransport", "get_or_spawn_controller", "as_endpoint",
-    "shutdown_context",
+    "shutdown_context", "attach_to_workers", "run_worker_loop_forever",
+    "run_worker_loop_until_shutdown", "start_worker_loop_forever",
 ]  # fmt: skip
 
 

@@ -127,3 +127,45 @@ def test_errors():
         tree.children(4)
     with pytest.raises(ValueError, match="not in"):
         RoutingTree(Slice.new_row_major([4])).parent(9)
+
+
+def _deliver_host_aware(hosts: list[str], root_host: str, fanout: int):
+    """Walk the host-aware tree as the runtime does: the root hands on every
+    position, each receiver its branch's rest. Returns (reached, hops), hops
+    being (from host, to host) per message."""
+    from monarch_mesh import host_children
+
+    reached, hops = [], []
+    todo = [(root_host, b) for b in host_children(0, hosts, root_host, fanout)]
+    while todo:
+        sender, branch = todo.pop()
+        me = hosts[branch.first]
+        reached.append(branch.first)
+        hops.append((sender, me))
+        rest = hosts[branch.first + 1 : branch.stop]
+        todo.extend((me, b) for b in host_children(branch.first + 1, rest, me, fanout))
+    return reached, hops
+
+
+@given(
+    st.lists(st.integers(1, 5), min_size=1, max_size=12),
+    st.integers(1, 6),
+    st.booleans(),
+)
+def test_host_aware_tree_reaches_each_once_and_crosses_into_each_host_once(runs, fanout, local):
+    hosts = [f"h{i}" for i, n in enumerate(runs) for _ in range(n)]
+    root = "h0" if local else "controller"
+    reached, hops = _deliver_host_aware(hosts, root, fanout)
+    assert sorted(reached) == list(range(len(hosts)))
+    crossings = [(a, b) for a, b in hops if a != b]
+    entered = [b for _, b in crossings]
+    assert len(entered) == len(set(entered))  # no host is entered twice
+    assert set(entered) == set(hosts) - ({root} if local else set())
+
+
+def test_host_aware_tree_on_one_host_is_the_plain_tree():
+    from monarch_mesh import host_children
+
+    for n in range(1, 40):
+        for fanout in (1, 2, 16):
+            assert host_children(0, ["a"] * n, "a", fanout) == Branch(-1, n).children(fanout)

@@ -14,7 +14,7 @@ from ._errors import (
     SelectionSyntaxError,
     SliceError,
 )
-from ._routing import Branch, RoutingTree
+from ._routing import Branch, RoutingTree, host_children
 from ._selection import Selection
 from ._shape import Extent, Point, Shape
 from ._slice import Slice
@@ -31,6 +31,7 @@ __all__ = [
     "Point",
     "RankNotFoundError",
     "RoutingTree",
+    "host_children",
     "Selection",
     "SelectionSyntaxError",
     "Shape",

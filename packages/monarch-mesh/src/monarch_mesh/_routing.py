@@ -18,14 +18,14 @@ equal runs, one per child. So
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from ._errors import RankNotFoundError, SliceError
 from ._shape import Shape
 from ._slice import Slice
 
-__all__ = ["Branch", "RoutingTree"]
+__all__ = ["Branch", "RoutingTree", "host_children"]
 
 
 class Branch(NamedTuple):
@@ -65,6 +65,44 @@ class Branch(NamedTuple):
         start = self.first + 1 + big * (small + 1)
         start += (offset - big * (small + 1)) // small * small
         return Branch(start, start + small)
+
+
+def host_children(
+    start: int, hosts: Sequence[Hashable], own: Hashable, fanout: int
+) -> list[Branch]:
+    """The branches a node hands on when its destinations live on hosts:
+    ``hosts[i]`` is the host of position ``start + i``, ``own`` the node's.
+
+    Positions of one host are a run (meshes are host-major). The rest of the
+    node's own run goes down the plain tree (``Branch.children``); every
+    other run is entered once, at its first position, which then serves its
+    host: a broadcast crosses each host boundary once. With more runs than
+    ``fanout``, runs are grouped, and a group's first host forwards to the
+    others. With one host throughout, this is ``Branch(start - 1, ...).children``.
+
+    >>> [tuple(b) for b in host_children(0, ["a", "a", "b", "b", "c"], "a", 16)]
+    [(0, 1), (1, 2), (2, 4), (4, 5)]
+    """
+    runs: list[tuple[int, int]] = []
+    for i, host in enumerate(hosts):
+        if i and host == hosts[i - 1]:
+            runs[-1] = (runs[-1][0], start + i + 1)
+        else:
+            runs.append((start + i, start + i + 1))
+    children: list[Branch] = []
+    if runs and hosts[0] == own:
+        children.extend(Branch(start - 1, runs[0][1]).children(fanout))
+        runs = runs[1:]
+    if len(runs) <= fanout:
+        children.extend(Branch(lo, hi) for lo, hi in runs)
+        return children
+    small, big = divmod(len(runs), fanout)
+    at = 0
+    for i in range(fanout):
+        take = small + (i < big)
+        children.append(Branch(runs[at][0], runs[at + take - 1][1]))
+        at += take
+    return children
 
 
 class _Ranks(Protocol):

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from monarch_mesh import Branch, Shape
+from monarch_mesh import Branch, Shape, host_children
 from monarch_transport import (
     Listener,
     PeerLeft,
@@ -180,6 +180,15 @@ class Outbox:
             self.runtime.peer_lost(self.address, reason)
 
 
+def _host_of(address: str, own: str) -> str:
+    """The host of ``address``; "" for this one (``own``, or a Unix socket)."""
+    scheme, _, rest = address.partition("://")
+    if scheme not in ("tcp", "tls+tcp"):
+        return ""
+    host = rest.rpartition(":")[0]
+    return "" if host == own else host
+
+
 class Runtime:
     """Everything of this process that talks to other processes."""
 
@@ -198,6 +207,7 @@ class Runtime:
         self.handlers: dict[str, Handler] = {Kind.PORT: self._to_port}
         self.services: dict[type[Any], Any] = {}
         self.fanout = cast_fanout()
+        self._host_keys: dict[tuple[str, ...], list[str] | None] = {}
         self.stopped = asyncio.Event()
         # told (on the loop) of every peer whose connection broke: (address, reason)
         self.lost_hooks: list[Callable[[str, str], None]] = []
@@ -313,8 +323,30 @@ class Runtime:
         delivers locally and forwards to its own children."""
         s = shape.ndslice
         header[Key.SHAPE] = [shape.labels, s.offset, s.sizes, s.strides]
-        for branch in Branch(-1, len(addresses)).children(self.fanout):
+        for branch in self._children(0, addresses):
             self._send_branch(header, frames, branch, addresses[branch.first : branch.stop], batch)
+
+    def _children(self, start: int, addresses: Sequence[str]) -> list[Branch]:
+        """Where a message for ``addresses`` (positions ``start`` on) goes
+        from here: down the plain tree, except that each other host's run of
+        positions is entered once (``host_children``)."""
+        hosts = self._hosts_of(addresses)
+        if hosts is None:  # one host throughout: the plain tree
+            return Branch(start - 1, start + len(addresses)).children(self.fanout)
+        return host_children(start, hosts, "", self.fanout)
+
+    def _hosts_of(self, addresses: Sequence[str]) -> list[str] | None:
+        """The host of each address ("" for this one), or None if all are here."""
+        key = tuple(addresses)
+        if key in self._host_keys:
+            return self._host_keys[key]
+        own = self._own_host
+        hosts = [_host_of(a, own) for a in addresses]
+        found = None if not any(hosts) else hosts
+        if len(self._host_keys) > 1024:
+            self._host_keys.clear()
+        self._host_keys[key] = found
+        return found
 
     def _send_branch(
         self,
@@ -330,9 +362,9 @@ class Runtime:
         self.send_frames(addresses[0], [encode_header(sub), *frames[1:]], batch)
 
     def _forward(self, header: dict[str, Any], frames: Frames) -> None:
-        first, stop = header[Key.BRANCH]
+        first = header[Key.BRANCH][0]
         addresses = header[Key.DESTS]
-        for child in Branch(first, stop).children(self.fanout):
+        for child in self._children(first + 1, addresses[1:]):
             lo, hi = child.first - first, child.stop - first
             self._send_branch(header, frames, child, addresses[lo:hi])
 
@@ -406,11 +438,17 @@ class Runtime:
         """Handle every message the listener gets, as it arrives."""
         self.listener.deliver_to(self._on_event)
 
+    @property
+    def _own_host(self) -> str:
+        scheme, _, rest = self.address.partition("://")
+        return rest.rpartition(":")[0] if scheme in ("tcp", "tls+tcp") else ""
+
     def listen_also(self, listener: Listener) -> None:
         """Listen at a second address, reachable from other hosts (on the
         loop): it becomes this process's address, for everything sent from
         now on; the first one stays in ``aliases`` for those who know it."""
         self.aliases.add(self.address)
+        self._host_keys.clear()
         self.listeners.append(listener)
         self.address = str(listener.address)
         if self.role == "controller":

@@ -170,5 +170,106 @@ def test_bad_worker_addresses_say_what_is_wrong():
         attach_to_workers(workers=["tcp://*:4444"], ca="trust_all_connections")
     with pytest.raises(Exception, match="address"):
         attach_to_workers(workers=["nonsense"], ca="trust_all_connections")
-    with pytest.raises(ValueError, match="HYPERACTOR_TLS_CA"):
+    with pytest.raises(ValueError, match="private_key="):
         attach_to_workers(workers=["tcp://127.0.0.1:1"], ca=b"PEM")
+    with pytest.raises(ValueError, match="PEM bytes or the path"):
+        attach_to_workers(workers=["tcp://127.0.0.1:1"], ca="/no/such.pem", private_key=b"x")
+
+
+def make_certificates(folder) -> tuple[str, str]:
+    """A CA, and a certificate for 127.0.0.1 it signed: (ca file, cert + key file)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def build(subject, issuer, public, signer, ca):
+        b = x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+        b = b.public_key(public).serial_number(x509.random_serial_number())
+        b = b.not_valid_before(now - datetime.timedelta(days=1))
+        b = b.not_valid_after(now + datetime.timedelta(days=1))
+        b = b.add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        if not ca:
+            san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "monarch-test-ca")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "monarch-host")])
+    ca = build(ca_name, ca_name, ca_key.public_key(), ca_key, True)
+    cert = build(name, ca_name, key.public_key(), ca_key, False)
+    pem = serialization.Encoding.PEM
+    (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
+    own = cert.public_bytes(pem) + key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (folder / "host.pem").write_bytes(own)
+    return str(folder / "ca.pem"), str(folder / "host.pem")
+
+
+def test_certificates_make_connections_across_hosts_mutual_tls(tmp_path):
+    """ca= and private_key= instead of a shared secret: workers and controller
+    prove themselves with certificates one CA signed; a controller whose
+    certificate another CA signed gets nowhere."""
+    ca, own = make_certificates(tmp_path)
+    (tmp_path / "other").mkdir()
+    other_ca, other_own = make_certificates(tmp_path / "other")
+    address = f"tcp://127.0.0.1:{free_port()}"
+    env = {k: v for k, v in os.environ.items() if k != "MONARCH_JOB_SECRET"}
+    worker_code = (
+        "import sys; from monarch_actor import run_worker_loop_forever as run; "
+        "run(address=sys.argv[1], ca=sys.argv[2], private_key=sys.argv[3])"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", worker_code, address, ca, own], env=env, start_new_session=True
+    )
+    script = tmp_path / "controller.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys, warnings
+            warnings.simplefilter("error")  # certificates need no warning about secrets
+            sys.path.insert(0, {os.path.dirname(__file__)!r})
+            from actors import Victim
+            from monarch_actor import attach_to_workers
+            ca, own = sys.argv[1], sys.argv[2]
+            hosts = attach_to_workers(workers=[{address!r}], ca=ca, private_key=own)
+            try:
+                hosts.initialized.get(timeout=30)
+            except Exception as error:
+                print("refused:", type(error).__name__, flush=True)
+                sys.exit(0)
+            victim = hosts.spawn_procs(per_host={{"gpus": 1}}).spawn("v", Victim)
+            print("pid", victim.pid.call_one().get(timeout=60), flush=True)
+            if sys.argv[3] == "shutdown":
+                hosts.shutdown().get(timeout=60)
+            """
+        )
+    )
+    try:
+        stranger = subprocess.run(
+            [sys.executable, str(script), other_ca, other_own, "stay"],
+            env={**env, "MONARCH_ATTACH_TIMEOUT": "3"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "refused: ConnectionError" in stranger.stdout, stranger.stdout + stranger.stderr
+        trusted = subprocess.run(
+            [sys.executable, str(script), ca, own, "shutdown"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert trusted.returncode == 0 and "pid " in trusted.stdout, trusted.stderr
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)

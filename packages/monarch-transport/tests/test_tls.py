@@ -48,3 +48,21 @@ def test_partial_environment_is_an_error(monkeypatch):
     monkeypatch.delenv("HYPERACTOR_TLS_KEY")
     with pytest.raises(TransportError, match="missing HYPERACTOR_TLS_KEY"):
         TlsFiles.from_env()
+
+
+async def test_a_client_without_a_trusted_certificate_is_refused(transport, tmp_path, tls_files_maker):
+    """Mutual TLS: trusting the listener is not enough; the connecting side
+    must present a certificate the listener's CA signed."""
+    good = env_files()
+    inbox = await transport.listen(
+        Address.parse("tls+tcp://127.0.0.1:0"), Settings(secret=b"t" * 32)
+    )
+    stranger = tls_files_maker(tmp_path)
+    impostor = TlsFiles(good.ca, stranger.cert, stranger.key)
+    with pytest.raises((ConnectError, TransportError)):
+        settings = Settings(secret=b"t" * 32, tls=impostor, handshake_timeout=3)
+        sender = await transport.connect(inbox.address, settings)
+        await sender.send([b"let me in"])
+        event = await inbox.receive()
+        raise AssertionError(f"an impostor got through: {event}")
+    await inbox.aclose()

@@ -22,7 +22,7 @@ from typing import Any, cast
 from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
 from ._api.actor_host import ActorHost
-from ._api.hosts import TRUST_ALL, configure_secret, split_alias
+from ._api.hosts import TRUST_ALL, configure_security, split_alias
 from ._api.local_actors import LocalActors
 from ._api.proc_control import (
     PROC_ENTRY,
@@ -34,7 +34,7 @@ from ._api.proc_control import (
 from ._api.singletons import Singletons
 from ._core.future import Future
 from ._core.process import (
-    LISTEN_HOST_ENV,
+    LISTEN_ENV,
     install,
     join_job,
     listen_address,
@@ -155,8 +155,8 @@ def run_worker_loop_until_shutdown(
     to listen on every interface and be dialed by NAME), and return once a
     controller shuts the host down. A controller that goes away without
     shutting it down has its processes here killed; the next one may attach."""
-    configure_secret(ca, private_key)
-    dial, bind = split_alias(address)
+    tls = configure_security(ca, private_key)
+    dial, bind = split_alias(address, tls)
     if maybe_runtime() is not None:
         raise RuntimeError(
             "this process already runs Monarch (as a controller or a proc); run the worker "
@@ -177,9 +177,10 @@ def run_worker_loop_until_shutdown(
     wire(runtime)
     where = Address.parse(runtime.address)
     advertise = ""
-    if where.scheme in ("tcp", "tls+tcp"):
+    if where.scheme in ("tcp", "tls"):
         advertise = where.host if where.host not in ("0.0.0.0", "::") else _own_ip()
-        os.environ[LISTEN_HOST_ENV] = advertise  # the procs forked here listen there
+        # the procs forked here listen there, as this worker does (TLS or not)
+        os.environ[LISTEN_ENV] = str(Address(where.scheme, host=advertise, port=0))
     service = HostService(runtime, PROC_ENTRY, advertise)
     runtime.serve()
     try:

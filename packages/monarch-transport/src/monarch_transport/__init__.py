@@ -45,10 +45,11 @@ from ._select import (
     prefer_backend,
     transport_for,
 )
-from ._settings import Settings, TlsFiles
+from ._settings import TLS_ENV, Settings, TlsFiles
 
 __all__ = [
     "SECRET_ENV",
+    "TLS_ENV",
     "Address",
     "AddressError",
     "AuthenticationError",

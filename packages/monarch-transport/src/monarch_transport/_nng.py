@@ -55,15 +55,19 @@ def _url(address: Address) -> str:
 
 def _tls(address: Address, settings: Settings, *, server: bool) -> dict[str, pynng.TLSConfig]:
     """pynng's TLS configuration for a ``tls+tcp://`` address; none otherwise.
-    TLS authenticates the listener and encrypts; the handshake on the job's
-    secret still authenticates both sides."""
+    Mutual TLS: each side presents a certificate the other's CA signed, and
+    the traffic is encrypted; the handshake on the job's secret follows."""
     if address.scheme != "tls":
         return {}
     files = settings.tls_files(address)
     ca, cert, key = files.read()
     if server:
         config = pynng.TLSConfig(
-            pynng.TLSConfig.MODE_SERVER, own_key_string=key, own_cert_string=cert, ca_string=ca
+            pynng.TLSConfig.MODE_SERVER,
+            own_key_string=key,
+            own_cert_string=cert,
+            ca_string=ca,
+            auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED,
         )
     else:
         config = pynng.TLSConfig(

@@ -671,17 +671,16 @@ class SocketTransport(Transport):
 
 
 def _ssl_context(address: Address, settings: Settings, *, server: bool) -> ssl.SSLContext | None:
-    """The TLS context for a ``tls+tcp://`` address; ``None`` otherwise."""
+    """The TLS context for a ``tls+tcp://`` address; ``None`` otherwise.
+    Mutual: each side presents a certificate the other's CA signed."""
     if address.scheme != "tls":
         return None
     files = settings.tls_files(address)
     try:
-        if server:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(files.cert, files.key)
-        else:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            context.load_verify_locations(files.ca)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+        context.load_cert_chain(files.cert, files.key)
+        context.load_verify_locations(files.ca)
+        context.verify_mode = ssl.CERT_REQUIRED
     except (OSError, ssl.SSLError) as error:
         raise TransportError(f"cannot load the TLS files for {address}: {error}") from error
     return context

@@ -6,11 +6,14 @@ both sides must share; where the controller listens so workers reach it.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import ipaddress
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import warnings
 from collections.abc import Sequence
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from monarch_mesh import Shape, Slice
-from monarch_transport import SECRET_ENV, Address, default_listen_address, listen
+from monarch_transport import SECRET_ENV, TLS_ENV, Address, default_listen_address, listen
 
 from .._core.future import Future
 from .._core.process import get_runtime, maybe_runtime
@@ -31,7 +34,7 @@ __all__ = [
     "SECRET_FILE_ENV",
     "TRUST_ALL",
     "attach_to_workers",
-    "configure_secret",
+    "configure_security",
     "split_alias",
 ]
 
@@ -43,20 +46,21 @@ SECRET_FILE_ENV = "MONARCH_JOB_SECRET_FILE"
 _PUBLIC_SECRET = "6d6f6e617263682d74727573742d616c6c2d636f6e6e656374696f6e73"
 
 
-def configure_secret(ca: Any, private_key: Any) -> None:
-    """Settle the job's secret before anything connects: ``$MONARCH_JOB_SECRET``,
-    or the file ``$MONARCH_JOB_SECRET_FILE`` names; with ``ca="trust_all_connections"``
-    and neither, a public one (with a warning: anyone who reaches a worker's
-    port can then run code on it)."""
-    if ca != TRUST_ALL or private_key is not None:
-        raise ValueError(
-            "certificates are given through the environment, not ca=/private_key=: use "
-            "tls+tcp:// addresses with HYPERACTOR_TLS_CA, HYPERACTOR_TLS_CERT and "
-            "HYPERACTOR_TLS_KEY set (PEM file paths) on the workers and the controller, "
-            f"and pass ca={TRUST_ALL!r}; or share a job secret ({SECRET_ENV})"
-        )
+def configure_security(ca: Any, private_key: Any) -> bool:
+    """Settle how this process proves itself, before anything connects; True
+    when connections across hosts use TLS.
+
+    ``ca="trust_all_connections"``: the job's secret (``$MONARCH_JOB_SECRET``,
+    or the file ``$MONARCH_JOB_SECRET_FILE`` names) is what peers prove; with
+    neither set, a public one, with a warning (anyone who reaches a worker's
+    port can then run code on it). Otherwise ``ca`` is the certificate
+    authority (PEM bytes or a file) that signed every side's certificate, and
+    ``private_key`` this side's certificate and key (PEM bytes or a file
+    holding both): connections across hosts are mutual TLS (``tls+tcp://``).
+    """
+    tls = _configure_tls(ca, private_key)
     if os.environ.get(SECRET_ENV):
-        return
+        return tls
     path = os.environ.get(SECRET_FILE_ENV)
     if path:
         try:
@@ -64,41 +68,79 @@ def configure_secret(ca: Any, private_key: Any) -> None:
         except OSError as error:
             raise ValueError(f"{SECRET_FILE_ENV}={path!r} cannot be read: {error}") from None
         os.environ[SECRET_ENV] = text
-        return
+        return tls
     if maybe_runtime() is not None:
         raise RuntimeError(
             "the runtime already started with a secret of its own, which the workers do not "
             f"know: call attach_to_workers() before anything else, or set {SECRET_ENV} (hex) "
             "in the environment of the workers and of this script"
         )
-    warnings.warn(
-        f"ca={TRUST_ALL!r} with no job secret: anyone who can reach these ports can run code "
-        f"here. Set {SECRET_ENV} (32+ hex digits) or {SECRET_FILE_ENV} on every host to keep "
-        "them out",
-        stacklevel=3,
-    )
+    if not tls:  # with TLS, the certificates keep strangers out
+        warnings.warn(
+            f"ca={TRUST_ALL!r} with no job secret: anyone who can reach these ports can run "
+            f"code here. Set {SECRET_ENV} (32+ hex digits) or {SECRET_FILE_ENV} on every host "
+            "to keep them out, or pass certificates (ca=, private_key=)",
+            stacklevel=3,
+        )
     os.environ[SECRET_ENV] = _PUBLIC_SECRET
+    return tls
 
 
-def split_alias(address: str) -> tuple[str, str]:
-    """``dial@bind`` -> (where peers dial, where to listen); a plain address is both."""
+def _configure_tls(ca: Any, private_key: Any) -> bool:
+    if isinstance(ca, str) and ca == TRUST_ALL:
+        if private_key is not None:
+            raise ValueError(
+                f"private_key= needs ca= (the authority that signed it), not {TRUST_ALL!r}"
+            )
+        return False
+    if private_key is None:
+        raise ValueError(
+            "TLS needs this side's certificate and key: pass private_key= (PEM bytes or a "
+            "file holding both) along with ca="
+        )
+    folder = Path(tempfile.mkdtemp(prefix="monarch-tls-"))
+    os.chmod(folder, 0o700)
+    atexit.register(shutil.rmtree, folder, True)
+    ca_file = _pem_file(ca, folder / "ca.pem", "ca")
+    key_file = _pem_file(private_key, folder / "key.pem", "private_key")
+    ca_env, cert_env, key_env = TLS_ENV
+    os.environ.update({ca_env: ca_file, cert_env: key_file, key_env: key_file})
+    return True
+
+
+def _pem_file(value: Any, path: Path, what: str) -> str:
+    """A file holding ``value`` (PEM bytes, or a path to a file), readable only here."""
+    if isinstance(value, bytes):
+        path.write_bytes(value)
+        os.chmod(path, 0o600)
+        return str(path)
+    if isinstance(value, (str, Path)) and Path(value).is_file():
+        return str(value)
+    raise ValueError(f"{what}= is PEM bytes or the path of a PEM file, got {value!r}")
+
+
+def split_alias(address: str, tls: bool = False) -> tuple[str, str]:
+    """``dial@bind`` -> (where peers dial, where to listen); a plain address
+    is both. With ``tls``, ``tcp://`` addresses become ``tls+tcp://``."""
     if not isinstance(address, str) or not address:
         raise TypeError(f"a worker address is a str such as 'tcp://host:port', got {address!r}")
     tail = address.rpartition("@")
     if "://" in tail[2] and "://" in tail[0]:
-        return _canonical(tail[0]), _canonical(tail[2])
-    return _canonical(address), _canonical(address)
+        return _canonical(tail[0], tls), _canonical(tail[2], tls)
+    return _canonical(address, tls), _canonical(address, tls)
 
 
-def _canonical(text: str) -> str:
+def _canonical(text: str, tls: bool = False) -> str:
     if "@" in text and "://" in text.partition("@")[2]:
         text = text.partition("@")[2]  # <proc-id>@<url>: the url
     address = Address.parse(text)
-    if address.scheme in ("tcp", "tls+tcp") and address.host == "*":
+    if address.scheme in ("tcp", "tls") and address.host == "*":
         raise ValueError(
             f"{text!r}: a wildcard host cannot be dialed; listen on tcp://0.0.0.0:PORT and "
             "give the name others reach it by: tcp://NAME:PORT@tcp://0.0.0.0:PORT"
         )
+    if tls and address.scheme == "tcp":
+        address = Address("tls", host=address.host, port=address.port)
     return str(address)
 
 
@@ -119,7 +161,7 @@ def attach_to_workers(
             split_alias(worker)  # a bad address is an error before anything starts
         elif not isinstance(worker, Future):
             raise TypeError(f"a worker is an address (str) or a Future of one, got {worker!r}")
-    configure_secret(ca, private_key)
+    tls = configure_security(ca, private_key)
     runtime = get_runtime()
     registry = runtime.run_sync(_registry, runtime)
     on_exit = _on_exit(runtime)
@@ -128,11 +170,11 @@ def attach_to_workers(
         found: concurrent.futures.Future[RemoteAgent] = concurrent.futures.Future()
         agents.append(found)
         if isinstance(worker, str):
-            _attach(runtime, registry, split_alias(worker)[0], on_exit, found)
+            _attach(runtime, registry, split_alias(worker, tls)[0], on_exit, found)
         else:
             threading.Thread(
                 target=_attach_later,
-                args=(runtime, registry, worker, on_exit, found),
+                args=(runtime, registry, worker, tls, on_exit, found),
                 daemon=True,
                 name="monarch-attach",
             ).start()
@@ -153,11 +195,12 @@ def _attach_later(
     runtime: Runtime,
     registry: RemoteAgents,
     worker: Future[str],
+    tls: bool,
     on_exit: Any,
     found: concurrent.futures.Future[RemoteAgent],
 ) -> None:
     try:
-        address = split_alias(worker.get())[0]
+        address = split_alias(worker.get(), tls)[0]
     except BaseException as error:
         found.set_exception(error)
         return
@@ -185,7 +228,7 @@ def reachable_from(runtime: Runtime, worker: Address) -> None:
     """Make sure the controller listens where ``worker``'s host can reach it:
     a TCP worker needs a TCP controller, on the interface that routes to it
     (or where ``enable_transport("tcp://ADDR:0")`` said)."""
-    if worker.scheme not in ("tcp", "tls+tcp"):
+    if worker.scheme not in ("tcp", "tls"):
         return
     with _listening:
         mine = Address.parse(runtime.address)

@@ -20,7 +20,7 @@ from monarch_transport import Address, default_listen_address
 from .router import Runtime
 
 __all__ = [
-    "LISTEN_HOST_ENV",
+    "LISTEN_ENV",
     "get_runtime",
     "install",
     "job_dir",
@@ -52,16 +52,17 @@ def join_job(folder: str) -> None:
     _job_dir = folder
 
 
-LISTEN_HOST_ENV = "MONARCH_LISTEN_HOST"
+LISTEN_ENV = "MONARCH_LISTEN_ADDRESS"
 
 
 def listen_address() -> Address:
     """Where this process listens: the configured kind; Unix sockets in the
-    job's folder; TCP on ``$MONARCH_LISTEN_HOST`` where a worker set it for
-    the procs it starts (so the other hosts reach them)."""
-    host = os.environ.get(LISTEN_HOST_ENV)
-    if host:
-        return Address("tcp", host=host, port=0)
+    job's folder; ``$MONARCH_LISTEN_ADDRESS`` where a worker set it for the
+    procs it starts (``tcp://HOST:0`` or ``tls+tcp://HOST:0``: so that the
+    other hosts reach them)."""
+    configured = os.environ.get(LISTEN_ENV)
+    if configured:
+        return Address.parse(configured)
     address = default_listen_address()
     if address.scheme == "ipc":
         name = os.path.basename(address.path or "") or f"{uuid.uuid4().hex[:16]}.sock"

@@ -50,7 +50,9 @@ def test_partial_environment_is_an_error(monkeypatch):
         TlsFiles.from_env()
 
 
-async def test_a_client_without_a_trusted_certificate_is_refused(transport, tmp_path, tls_files_maker):
+async def test_a_client_without_a_trusted_certificate_is_refused(
+    transport, tmp_path, tls_files_maker
+):
     """Mutual TLS: trusting the listener is not enough; the connecting side
     must present a certificate the listener's CA signed."""
     good = env_files()

@@ -133,10 +133,14 @@ def test_an_error_nobody_awaits_fails_the_script_fast():
     assert "KeyboardInterrupt" in err
 
 
-def test_the_fault_hook_can_be_replaced(procs):
+def test_the_fault_hook_can_be_replaced():
     from actors import Counter
 
     import monarch_actor
+
+    # a mesh of its own: a process that hosted a failed actor takes no new
+    # ones, so the session's shared mesh must not be the one that fails
+    procs = monarch_actor.this_host().spawn_procs(per_host={"gpus": 4})
 
     seen = []
     original = monarch_actor.unhandled_fault_hook
@@ -150,6 +154,7 @@ def test_the_fault_hook_can_be_replaced(procs):
         monarch_actor.unhandled_fault_hook = original
     assert seen and "told nobody" in seen[0].report()
     assert seen[0].crashed_ranks == [2]
+    procs.stop().get(timeout=30)
 
 
 def test_broadcasts_travel_down_a_tree():

@@ -22,9 +22,27 @@ from monarch_transport import SECRET_ENV, job_secret
 from .._core.process import get_runtime, job_dir
 from .._core.router import Runtime
 
-__all__ = ["JOB_DIR_OWNER_ENV", "HostAgent", "agents", "local_agent", "start_blob"]
+__all__ = [
+    "JOB_DIR_OWNER_ENV",
+    "PRELOAD_ENV",
+    "HostAgent",
+    "agents",
+    "local_agent",
+    "preload",
+    "start_blob",
+]
 
 JOB_DIR_OWNER_ENV = "MONARCH_AGENT_OWNS_JOB_DIR"
+PRELOAD_ENV = "MONARCH_PRELOAD"
+
+
+def preload() -> str:
+    """What the fork server imports before forking (so every proc has it at
+    once): ``$MONARCH_PRELOAD``, else torch if this script uses it."""
+    configured = os.environ.get(PRELOAD_ENV)
+    if configured is not None:
+        return configured
+    return "torch" if "torch" in sys.modules else ""
 
 
 class HostAgent:
@@ -53,7 +71,7 @@ class HostAgent:
         env = dict(os.environ)
         env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
         # a script that uses torch will have actors that do: import it once, in the agent
-        env.setdefault("MONARCH_PRELOAD", "torch" if "torch" in sys.modules else "")
+        env[PRELOAD_ENV] = preload()
         # the job's folder belongs to the controller: only its agent may remove it, when
         # the controller died without cleaning up (an agent started by a proc must not)
         env[JOB_DIR_OWNER_ENV] = "1" if runtime.role in ("controller", "worker") else "0"

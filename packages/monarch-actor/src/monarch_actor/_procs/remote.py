@@ -22,7 +22,7 @@ from monarch_transport import decode
 
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
-from .agent import start_blob
+from .agent import preload, start_blob
 
 __all__ = ["ATTACH_TIMEOUT_ENV", "HOST_DEADLINE_ENV", "RemoteAgent", "RemoteAgents"]
 
@@ -76,7 +76,8 @@ class RemoteAgent:
 
     def hello(self) -> None:
         self.runtime.reset_peer(self.address)
-        self._send("hello")
+        # the worker starts its fork server now, importing what this script uses
+        self._send("hello", None, preload=preload())
 
     def unreachable(self, reason: str) -> None:
         """The connection failed: before the worker ever answered, try again

@@ -23,7 +23,7 @@ from monarch_transport import decode
 
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
-from .agent import HostAgent
+from .agent import PRELOAD_ENV, HostAgent
 
 __all__ = ["BEAT", "HostService", "host_event"]
 
@@ -65,6 +65,9 @@ class HostService:
         if op == "hello":
             first = controller not in self.started
             self.started.setdefault(controller, _Started(controller))
+            if self.agent is None:  # warm: the first spawn need not wait for it
+                os.environ.setdefault(PRELOAD_ENV, str(header.get("preload") or ""))
+                self._agent()
             self._tell(controller, "hello", self._describe())
             if first:
                 log.info("serving controller %s", controller)

@@ -110,6 +110,31 @@ def test_a_host_that_vanishes_fails_its_callers_naming_it_and_the_rest_work(work
     procs.slice(hosts=0).stop().get(timeout=30)
 
 
+def test_a_silent_host_is_declared_lost_after_its_deadline(workers, failures):
+    """Every process of the host stopped (SIGSTOP): no connection breaks, the
+    worker's heartbeats just stop; its procs' callers hear within the deadline."""
+    hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    victims = procs.spawn("v", Victim)
+    victims.pid.call().get(timeout=60)
+    busy = victims.slice(hosts=1).block.call_one(60.0)
+    started = time.monotonic()
+    os.killpg(workers.procs[1].pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(SupervisionError, match="silent for"):
+            busy.get(timeout=LOST)
+        assert time.monotonic() - started < LOST
+        assert victims.slice(hosts=0).pid.call_one().get(timeout=10) > 0
+        deadline = time.monotonic() + LOST
+        while not failures and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(failures) == 1 and failures[0].crashed_ranks == [1]
+        assert "127.0.0.1" in failures[0].report()
+    finally:
+        os.killpg(workers.procs[1].pid, signal.SIGCONT)
+    procs.slice(hosts=0).stop().get(timeout=30)
+
+
 def test_attach_waits_for_a_worker_that_comes_up_later():
     job_secret()
     address = f"tcp://127.0.0.1:{free_port()}"

@@ -172,6 +172,8 @@ class RemoteAgent:
             self.down.set_result(None)  # a worker gone is as good as shut down
         owners = list(self.requests.values())
         self.requests.clear()
+        for pid in self.pids:  # should the host come back, its orphans end
+            self._send("kill", None, **{Key.PID: pid, "sig": int(signal.SIGKILL)})
         self.pids.clear()
         for table, rank in owners:
             self.on_exit(table, rank, None, self.lost)

@@ -16,7 +16,7 @@ import pytest
 
 from monarch_transport import Address, PeerLeft, Received, Settings
 from monarch_transport._integrity import LARGE, PIECE, TAG, Opener, Sealer, derive_key, required
-from monarch_transport._nng import NngTransport
+from monarch_transport._nng import PART_HEAD, NngTransport
 from monarch_transport._socket import SocketTransport
 from monarch_transport._wire import Kind, join
 
@@ -32,10 +32,20 @@ def anyio_backend():
 
 
 async def read_message(reader: asyncio.StreamReader, nng: bool) -> bytes:
-    """One whole sender-to-listener message, exactly as it crossed the wire."""
-    if nng:  # nng: a big-endian u64 length, then our message
+    """One whole sender-to-listener message, exactly as it crossed the wire
+    (on nng, a large one crosses as several nng messages: all of them)."""
+    if nng:  # nng: a big-endian u64 length, PAIR1's 4-byte header, then ours
         size = await reader.readexactly(8)
-        return size + await reader.readexactly(struct.unpack(">Q", size)[0])
+        raw = size + await reader.readexactly(struct.unpack(">Q", size)[0])
+        if raw[12] != Kind.PART:
+            return raw
+        whole, got = PART_HEAD.unpack_from(raw, 12)[1], len(raw) - 12 - PART_HEAD.size
+        while got < whole:
+            size = await reader.readexactly(8)
+            piece = size + await reader.readexactly(struct.unpack(">Q", size)[0])
+            raw += piece
+            got += len(piece) - 12 - PART_HEAD.size
+        return raw
     head = await reader.readexactly(5)
     count = struct.unpack_from("<I", head, 1)[0]
     table = await reader.readexactly(8 * count)

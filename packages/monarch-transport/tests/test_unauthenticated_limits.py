@@ -47,17 +47,23 @@ async def raw(address: Address, greeting: bytes = b""):
     return reader, writer
 
 
-async def test_huge_announcements_are_refused_before_anything_is_allocated():
-    """A socket listener reads at most a handshake's worth from a stranger:
-    announcing a 3 GiB HELLO closes the connection at once, and the listener's
-    memory does not move."""
+@TRANSPORTS
+async def test_huge_announcements_are_refused_before_anything_is_allocated(transport_cls):
+    """A listener reads at most a handshake's worth (socket) or one piece
+    (nng: a larger message crosses in pieces, which only an authenticated
+    peer may send) from a stranger: announcing a 3 GiB message closes the
+    connection at once, and the listener's memory does not move."""
+    nng = transport_cls is NngTransport
     settings = Settings(secret=SECRET)
     address = Address.parse("tcp://127.0.0.1:0")
-    async with await SocketTransport().listen(address, settings) as inbox:
+    async with await transport_cls().listen(address, settings) as inbox:
         before = _rss()
-        conns = [await raw(inbox.address) for _ in range(8)]
+        conns = [await raw(inbox.address, NNG_GREETING if nng else b"") for _ in range(8)]
         for _, writer in conns:
-            writer.write(struct.pack("<BIQ", Kind.HELLO, 1, 3 << 30) + b"x" * 4096)
+            if nng:  # nng's own length prefix, then the start of a PAIR1 message
+                writer.write(struct.pack(">Q", 3 << 30) + b"\x00\x00\x00\x01" + b"x" * 4096)
+            else:
+                writer.write(struct.pack("<BIQ", Kind.HELLO, 1, 3 << 30) + b"x" * 4096)
         for reader, writer in conns:
             assert await closed_within(reader, 1.0)
             writer.close()
@@ -143,3 +149,22 @@ def test_a_slow_peer_still_gets_the_deadline():
             writer.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "sizes", [[10], [1 << 20], [(1 << 20) + 1], [3, 2 << 20, 5, 1 << 20], [0, 7]]
+)
+def test_nng_pieces_carry_every_byte_once(sizes):
+    """A message over nng's one-piece limit goes as pieces of at most PIECE
+    bytes, each headed with its whole length; together they are the message."""
+    from monarch_transport._nng import PART_HEAD, PIECE, _pieces
+
+    parts = [bytes([n % 251]) * size for n, size in enumerate(sizes)]
+    whole = b"".join(parts)
+    pieces = _pieces(parts)
+    if len(whole) <= PIECE:
+        assert pieces == [whole]
+        return
+    assert all(len(p) <= PART_HEAD.size + PIECE for p in pieces)
+    assert {PART_HEAD.unpack_from(p) for p in pieces} == {(Kind.PART, len(whole))}
+    assert b"".join(p[PART_HEAD.size :] for p in pieces) == whole

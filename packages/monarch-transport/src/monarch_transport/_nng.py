@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,11 @@ __all__ = ["NngTransport"]
 
 log = logging.getLogger("monarch.transport.nng")
 OVERHEAD = 1 << 20  # room for the frame table on top of the payload limit
+# nng allocates whatever its receive limit allows before anyone is known, so
+# the limit is one piece: a larger message crosses as pieces (Kind.PART) that
+# only an authenticated peer may send
+PIECE = 1 << 20
+PART_HEAD = struct.Struct("<BQ")  # Kind.PART, the whole message's length
 DEPARTURE_GRACE = 0.1  # seconds between nng's removal notice and our report
 SWEEP_INTERVAL = 0.25  # seconds between checks that every known pipe still exists
 BYE_TIMEOUT_MS = 2000  # how long a closing sender waits for the listener's answer
@@ -86,6 +92,8 @@ class _Pipe:
     handshake: ServerHandshake
     peer: Peer | None = None
     opener: Opener | None = None  # once authenticated
+    partial: bytearray | None = None  # a message arriving in pieces
+    expected: int = 0  # its length
 
 
 class NngListener(QueuedListener):
@@ -103,7 +111,7 @@ class NngListener(QueuedListener):
         self._seal = required(settings.integrity, address.scheme, address.host)
         self._sock = pynng.Pair1(
             polyamorous=True,
-            recv_max_size=settings.max_message_size + OVERHEAD,
+            recv_max_size=PIECE + (1 << 12),  # a piece, its head and nng's own
             **_tls(address, settings, server=True),
         )
         self._sock.send_timeout = int(settings.handshake_timeout * 1000)  # handshake replies only
@@ -206,10 +214,37 @@ class NngListener(QueuedListener):
         state = self._state(msg.pipe)
         if state is None:
             return False
+        data = msg.bytes
+        if data[:1] == bytes([Kind.PART]) or state.partial is not None:
+            whole = self._piece(state, data)
+            return False if whole is None else self._whole(state, whole)
+        return self._whole(state, data)
+
+    def _piece(self, state: _Pipe, data: bytes) -> bytearray | None:
+        """Add one piece of a large message; the message once it is whole."""
+        if state.peer is None or len(data) < PART_HEAD.size or data[0] != Kind.PART:
+            self._reject(state, "a message in pieces from an unauthenticated peer, or cut short")
+            return None
+        expected = PART_HEAD.unpack_from(data)[1]
+        if state.partial is None:
+            if not PIECE < expected <= self._settings.max_message_size + OVERHEAD:
+                self._reject(state, f"a message in pieces announced {expected:,} bytes")
+                return None
+            state.partial, state.expected = bytearray(), expected
+        if expected != state.expected or len(state.partial) + len(data) - PART_HEAD.size > expected:
+            self._reject(state, "the pieces of a message do not add up")
+            return None
+        state.partial += memoryview(data)[PART_HEAD.size :]
+        if len(state.partial) < expected:
+            return None
+        whole, state.partial = state.partial, None
+        return whole
+
+    def _whole(self, state: _Pipe, data: bytes | bytearray) -> bool:
         # before the handshake is through only its small steps are read
         limit = HANDSHAKE_MAX if state.peer is None else self._settings.max_message_size
         try:
-            kind, frames = split(msg.bytes, limit)
+            kind, frames = split(data, limit)
         except (DecodeError, MessageTooLarge) as error:
             self._reject(state, f"malformed message: {error}")
             return False
@@ -331,7 +366,7 @@ class NngSender(Sender):
     def send_nowait(self, frames: Sequence[Buffer]) -> bool:
         if self._reason is not None:
             raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")
-        if self._busy:
+        if self._busy or _in_pieces(frames):
             return False
         with self._order:
             data = self._join(Kind.DATA, frames)
@@ -347,11 +382,17 @@ class NngSender(Sender):
     def _join(self, kind: int, frames: Sequence[Buffer]) -> bytes:
         """The message as nng takes it, sealed (taking the next sequence
         number) when this connection seals."""
-        if self._sealer is not None:
-            prefix(kind, frames, self._settings.max_message_size)  # too large: raise first
-            frames = [*frames, self._sealer.seal(kind, frames)]
-            kind |= Kind.SEALED
-        return join(kind, frames, self._settings.max_message_size)
+        return b"".join(self._parts(kind, frames))
+
+    def _parts(self, kind: int, frames: Sequence[Buffer]) -> list[Buffer]:
+        """The message's bytes, in order (its prefix, frames and tag), sealed
+        when this connection seals."""
+        head = prefix(kind, frames, self._settings.max_message_size)  # too large: raise first
+        if self._sealer is None:
+            return [head, *frames]
+        tag = self._sealer.seal(kind, frames)
+        head = prefix(kind | Kind.SEALED, [*frames, tag], self._settings.max_message_size)
+        return [head, *frames, tag]
 
     def _unseal(self) -> None:
         if self._sealer is not None:
@@ -360,7 +401,7 @@ class NngSender(Sender):
     def send_threadsafe(self, frames: Sequence[Buffer]) -> bool:
         # nng sockets may be used from any thread; order holds while no send
         # of ours waits in a worker thread (``_busy``)
-        if self._reason is not None or self._busy:
+        if self._reason is not None or self._busy or _in_pieces(frames):
             return False
         if not self._order.acquire(blocking=False):
             return False
@@ -384,10 +425,10 @@ class NngSender(Sender):
         if self._reason is not None:
             raise PeerDisconnected(f"connection to {self.address} is gone: {self._reason}")
         with self._order:
-            data = self._join(Kind.DATA, frames)
-            if not self._busy:
+            pieces = _pieces(self._parts(Kind.DATA, frames))
+            if not self._busy and len(pieces) == 1:
                 try:
-                    self._sock.send(data, block=False)
+                    self._sock.send(pieces[0], block=False)
                     return
                 except pynng.TryAgain:
                     pass
@@ -397,13 +438,14 @@ class NngSender(Sender):
             self._busy += 1
         try:
             async with self._lock:
-                await anyio.to_thread.run_sync(self._blocking_send, data)
+                await anyio.to_thread.run_sync(self._blocking_send, pieces)
         finally:
             self._busy -= 1
 
-    def _blocking_send(self, data: bytes) -> None:
+    def _blocking_send(self, pieces: list[bytes]) -> None:
         try:
-            self._sock.send(data)
+            for piece in pieces:
+                self._sock.send(piece)
         except pynng.Closed:
             raise PeerDisconnected(
                 f"connection to {self.address} closed before a message went out"
@@ -438,6 +480,36 @@ class NngSender(Sender):
             pass  # gone already, or too slow to answer: close regardless
         finally:
             self._sock.close()
+
+
+def _in_pieces(frames: Sequence[Buffer]) -> bool:
+    """Whether a message is too large for one nng message (so it goes out
+    in pieces, from the loop's ``send``)."""
+    return sum(memoryview(f).nbytes for f in frames) + (1 << 11) > PIECE
+
+
+def _pieces(parts: Sequence[Buffer]) -> list[bytes]:
+    """What nng sends for one message (``parts``, its bytes in order): the
+    message, or its pieces, each headed with Kind.PART and the whole length;
+    every byte is copied once."""
+    views = [memoryview(part).cast("B") for part in parts]
+    total = sum(view.nbytes for view in views)
+    if total <= PIECE:
+        return [b"".join(views)]
+    pieces: list[bytes] = []
+    piece: list[Buffer] = [PART_HEAD.pack(Kind.PART, total)]
+    room = PIECE
+    for view in views:
+        while view.nbytes:
+            take, view = view[:room], view[room:]
+            piece.append(take)
+            room -= take.nbytes
+            if room == 0:
+                pieces.append(b"".join(piece))
+                piece, room = [PART_HEAD.pack(Kind.PART, total)], PIECE
+    if room < PIECE:
+        pieces.append(b"".join(piece))
+    return pieces
 
 
 class NngTransport(Transport):

@@ -37,6 +37,7 @@ class Kind:
     DENIED: Final = 5
     BYE: Final = 6  # a sender is done; the listener answers once all before it is read
     BYE_ACK: Final = 7
+    PART: Final = 8  # nng only: a piece of a message too large for one nng message
     DATA: Final = 16
     SEALED: Final = 0x80  # flag: the message's last frame is its integrity tag
     ALL: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 16, 0x80 | 6, 0x80 | 16})

@@ -298,3 +298,37 @@ def test_certificates_make_connections_across_hosts_mutual_tls(tmp_path):
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
+
+
+def test_output_of_procs_on_other_hosts_reaches_the_controller(tmp_path):
+    workers = Workers(1)
+    script = tmp_path / "controller.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio
+            from monarch_actor import Actor, attach_to_workers, endpoint
+
+            class Talker(Actor):
+                @endpoint
+                def say(self, text: str) -> None:
+                    print(text, flush=True)
+
+            hosts = attach_to_workers(workers=[{workers.addresses[0]!r}])
+            procs = hosts.spawn_procs(per_host={{"gpus": 2}})
+            talkers = procs.spawn("t", Talker)
+            asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=None))
+            talkers.say.call("hello from a worker's proc").get(timeout=60)
+            hosts.shutdown().get(timeout=60)
+            """
+        )
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        lines = [line for line in done.stdout.splitlines() if "hello from a worker" in line]
+        assert sorted(line.split("] [")[1][:1] for line in lines) == ["0", "1"], done.stdout
+    finally:
+        workers.close()

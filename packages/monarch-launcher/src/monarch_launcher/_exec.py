@@ -1,0 +1,117 @@
+"""``exec_command``: run a command on every host (or one) of a host mesh,
+as a shell would, and get the highest exit status back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from monarch_actor import Actor, Future, HostMesh, current_rank, endpoint, returns_future
+
+__all__ = ["CommandActor", "exec_command", "shell"]
+
+
+def _rank_env() -> dict[str, str]:
+    point = current_rank()
+    env = {f"MONARCH_RANK_{k.upper()}": str(v) for k, v in dict(point).items()}
+    env.update({f"MONARCH_SIZE_{k.upper()}": str(n) for k, n in point.extent.items()})
+    return env
+
+
+class CommandActor(Actor):
+    """Runs commands for ``exec_command`` on the host of its proc."""
+
+    @endpoint
+    def run(
+        self,
+        cmd: list[str],
+        env: dict[str, str] | None,
+        workdir: str | None,
+        client_cwd: str | None,
+        output_dir: str | None,
+    ) -> tuple[int, str, str]:
+        """Run ``cmd`` (a Python script or ``-m module`` with this proc's
+        interpreter, anything else as a program); return its status and, unless
+        ``output_dir`` takes it, its output."""
+        merged = {**os.environ, **_rank_env(), **(env or {})}
+        cwd = workdir or (client_cwd if client_cwd and os.path.isdir(client_cwd) else None)
+        argv = list(cmd)
+        if argv and (argv[0].endswith(".py") or argv[0] == "-m"):
+            argv = [sys.executable, *argv]
+        if output_dir is not None:
+            point = dict(current_rank())
+            folder = Path(
+                output_dir.replace("$SUBDIR", "_".join(f"{k}_{v}" for k, v in point.items()))
+            )
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "stdout.txt", "wb") as out, open(folder / "stderr.txt", "wb") as err:
+                done = subprocess.run(
+                    argv, env=merged, cwd=cwd, stdout=out, stderr=err, check=False
+                )
+            return done.returncode, "", ""
+        captured = subprocess.run(
+            argv, env=merged, cwd=cwd, capture_output=True, text=True, check=False
+        )
+        return captured.returncode, captured.stdout, captured.stderr
+
+
+def exec_command(
+    host_mesh: HostMesh,
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    workdir: str | None = None,
+    output_dir: str | None = None,
+    rank: int | None = None,
+    point: dict[str, int] | None = None,
+    per_host: dict[str, int] | None = None,
+) -> Future[int]:
+    """Run ``cmd`` on the hosts of ``host_mesh`` (one proc per host, or
+    ``per_host`` of them), each with ``MONARCH_RANK_<DIM>``/``MONARCH_SIZE_<DIM>``
+    set; resolves to the highest exit status (0: all succeeded).
+
+    ``rank`` (flat) or ``point`` (coordinates) picks one place; ``env`` adds
+    variables; ``workdir`` is where it runs (default: this script's folder,
+    if it exists there); ``output_dir`` takes each rank's ``stdout.txt`` and
+    ``stderr.txt`` (``$SUBDIR`` becomes the rank's coordinates) instead of
+    printing the output here."""
+    if isinstance(cmd, str) or not cmd:
+        raise TypeError(f"cmd is a non-empty list of arguments, e.g. ['nvidia-smi'], got {cmd!r}")
+    if rank is not None and point is not None:
+        raise ValueError("exec_command: give rank= or point=, not both")
+
+    @returns_future
+    async def run() -> int:
+        hosts = host_mesh
+        if point is not None:
+            hosts = host_mesh.slice(**point)
+        elif rank is not None:
+            hosts = host_mesh.flatten("rank").slice(rank=rank)
+        procs = hosts.spawn_procs(per_host=per_host)
+        try:
+            actors = procs.spawn("monarch_exec", CommandActor)
+            results = await actors.run.call(cmd, env, workdir, os.getcwd(), output_dir)
+            worst = 0
+            for _, (code, out, err) in results.items():
+                worst = max(worst, code)
+                if out:
+                    sys.stdout.write(out)
+                if err:
+                    sys.stderr.write(err)
+            sys.stdout.flush()
+            return worst
+        finally:
+            await procs.stop()
+
+    result: Future[int] = run()
+    return result
+
+
+def shell(host_mesh: Any, *, env: dict[str, str] | None = None, workdir: str | None = None) -> int:
+    """Not available yet: an interactive shell on one host of a mesh."""
+    raise NotImplementedError(
+        "shell() is not available in Monarch in Python yet: use exec_command(hosts, ['cmd', ...]) "
+        "to run commands on the hosts"
+    )

@@ -1,0 +1,383 @@
+"""Jobs: a declarative spec of the hosts a program needs (``JobTrait``),
+brought into existence by ``apply()`` on a scheduler, and its *state*: the
+host meshes of the running job (``JobState``). A job pickles, so that one
+process applies it and another (a later run of the same script, the
+``monarch job`` command) finds it again in a cache file and attaches to the
+same workers."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from monarch_actor import HostMesh, this_host
+
+from ._procutil import LocalProcess, end_sessions
+
+__all__ = [
+    "BATCH_ENV",
+    "DEFAULT_JOB_PATH",
+    "JobState",
+    "JobTrait",
+    "LocalJob",
+    "job_load",
+    "job_loads",
+]
+
+log = logging.getLogger("monarch.launcher.job")
+
+DEFAULT_JOB_PATH: str = ".monarch/job_state.pkl"
+"""Where ``JobTrait.state()`` caches the job it applied, relative to the
+current directory: a later run of the same script finds the job there and
+attaches to its workers instead of starting new ones."""
+
+_SHUTDOWN_TIMEOUT = 30.0  # seconds for attached hosts to shut down in kill()
+
+BATCH_ENV = "MONARCH_BATCH_JOB"
+"""Set to ``1`` in the environment of a client script a job runs itself
+(``apply(client_script=...)``)."""
+
+
+class JobState:
+    """The host meshes of a running job, one attribute per mesh name::
+
+    state = job.state()
+    state.trainers     # the HostMesh of the mesh named "trainers"
+    """
+
+    def __init__(self, hosts: Mapping[str, HostMesh]) -> None:
+        self._hosts: dict[str, HostMesh] = dict(hosts)
+
+    def __getattr__(self, name: str) -> HostMesh:
+        if name.startswith("__") or name == "_hosts":
+            raise AttributeError(name)
+        try:
+            return self._hosts[name]
+        except KeyError:
+            available = ", ".join(sorted(self._hosts))
+            raise AttributeError(
+                f"'{name}' is not a valid host mesh name. Available names: {available}"
+            ) from None
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self._hosts})
+
+    def __repr__(self) -> str:
+        return f"JobState(hosts={self._hosts})"
+
+
+class _CachedRunning(NamedTuple):
+    """This spec runs as ``job``, a job applied earlier and loaded from a cache."""
+
+    job: JobTrait
+
+
+_Status = Literal["running", "not_running"] | _CachedRunning
+
+
+class JobTrait(ABC):
+    """A job: a declarative specification of named host meshes and the
+    scheduler they come from, plus, once applied, the running job's identity.
+
+    ``apply()`` brings the job into existence (a no-op if it runs already);
+    ``state()`` returns its host meshes, applying it first if needed, or
+    reusing a job cached by an earlier run that can run this spec;
+    ``kill()`` ends it. Subclasses implement ``_create`` (start the job),
+    ``_state`` (attach to its workers), ``can_run`` and ``_kill``.
+    """
+
+    _shutdown_on_kill = True  # kill() first shuts down the hosts this process attached to
+
+    def __init__(self) -> None:
+        self._status: _Status = "not_running"
+        self._apply_id: str | None = None
+        self._attached: list[HostMesh] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_attached", None)  # connections of this process, not part of the job
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._attached = []
+
+    # -- what a scheduler provides ------------------------------------------------------
+
+    @abstractmethod
+    def _create(self, client_script: str | None) -> None:
+        """Start the job on the scheduler (``apply`` sets the status after)."""
+
+    @abstractmethod
+    def _state(self) -> JobState:
+        """Attach to the running job's workers: one HostMesh per mesh name."""
+
+    @abstractmethod
+    def can_run(self, spec: JobTrait) -> bool:
+        """True if this (running) job can serve ``spec``: same kind of job,
+        same meshes and options, and still alive. A cached job that can run
+        the spec a script asks for is reused instead of applying a new one."""
+
+    @abstractmethod
+    def _kill(self) -> None:
+        """End the job on the scheduler."""
+
+    def _hosts_shut_down(self) -> None:
+        """Called before ``_kill`` when ``kill()`` shut down hosts this process
+        had attached to: their workers are exiting on their own."""
+        return None
+
+    # -- the lifecycle ------------------------------------------------------------------
+
+    @property
+    def _running(self) -> JobTrait | None:
+        status = self._status
+        if isinstance(status, _CachedRunning):
+            return status.job
+        return self if status == "running" else None
+
+    @property
+    def active(self) -> bool:
+        """True once applied (or matched to a cached running job), until killed."""
+        return self._running is not None
+
+    @property
+    def apply_id(self) -> str | None:
+        """A UUID naming the current allocation of this job, made by the
+        ``apply()`` that created it (kept across dump and load); None before."""
+        running = self._running
+        return running._apply_id if running is not None else None
+
+    def apply(self, client_script: str | None = None) -> None:
+        """Bring the job as specified into existence, unless it already runs.
+
+        With ``client_script``, the job also runs that script as its client
+        (where the scheduler supports it), with ``MONARCH_BATCH_JOB=1`` set."""
+        if self._running is None:
+            self._create(client_script)
+            self._apply_id = str(uuid.uuid4())
+            self._status = "running"
+
+    def state(self, cached_path: str | None = DEFAULT_JOB_PATH) -> JobState:
+        """The host meshes of the running job, by mesh name.
+
+        If this job is not running yet: a job cached at ``cached_path`` that
+        can run this spec is reused (a cached one that cannot is killed);
+        otherwise the job is applied and, unless ``cached_path`` is None,
+        saved there for the next run."""
+        running = self._running
+        if running is None:
+            cached = self._load_cached(cached_path)
+            if cached is not None:
+                log.info("using the job cached at %s", cached_path)
+                self._status = _CachedRunning(cached)
+                running = cached
+        if running is not None:
+            return self._remember(running._state())
+        self.apply()
+        state = self._remember(self._state())
+        if cached_path is not None:
+            log.info("saving the job to %s", cached_path)
+            self.dump(cached_path)
+        return state
+
+    def _remember(self, state: JobState) -> JobState:
+        if self._shutdown_on_kill:
+            self._attached.extend(state._hosts.values())
+        return state
+
+    def _load_cached(self, cached_path: str | None) -> JobTrait | None:
+        if cached_path is None:
+            return None
+        try:
+            job = job_load(cached_path)
+        except FileNotFoundError:
+            return None
+        except Exception as error:  # unreadable: not ours to reuse
+            log.warning("ignoring the job cache %s, which cannot be loaded: %s", cached_path, error)
+            return None
+        running = job._running
+        if running is None:
+            return None
+        if running.can_run(self):
+            return job
+        log.info("the job cached at %s cannot run this spec: ending it", cached_path)
+        try:
+            running._kill()
+        except NotImplementedError as error:
+            log.info("the cached job cannot be ended from here: %s", error)
+        except Exception as error:
+            log.warning("ending the cached job failed: %s", error)
+        target = os.path.realpath(cached_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(target)
+        return None
+
+    def kill(self) -> None:
+        """End the job (its workers exit, its allocation is released). Host
+        meshes this process got from ``state()`` are shut down first, so that
+        their procs stop in order instead of failing as lost."""
+        attached, self._attached = self._attached, []
+        shut_down = False
+        for hosts in attached:
+            try:
+                # (a shutdown that overtakes the attach is not heard: wait for it first)
+                hosts.initialized.get(timeout=_SHUTDOWN_TIMEOUT)
+                hosts.shutdown().get(timeout=_SHUTDOWN_TIMEOUT)
+                shut_down = True
+            except Exception as error:
+                log.info("shutting down %r before killing the job: %s", hosts, error)
+        running = self._running
+        if running is not None:
+            if shut_down:
+                running._hosts_shut_down()
+            running._kill()
+        self._status = "not_running"
+
+    # -- saving -------------------------------------------------------------------------
+
+    def dumps(self) -> bytes:
+        """This job, pickled (``job_loads`` reads it back)."""
+        return pickle.dumps(self)
+
+    def dump(self, path: str) -> None:
+        """Save this job to ``path`` (readable by its owner only: a running job
+        holds the secret its workers accept). A symlink at ``path`` is followed;
+        missing folders are created."""
+        target = os.path.realpath(path)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        data = self.dumps()
+        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=".job-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    # -- what Monarch has and this implementation does not (yet) ------------------------
+
+    def enable_telemetry(self, *args: Any, **kwargs: Any) -> JobTrait:
+        """Not available: Monarch's telemetry services have no counterpart here yet."""
+        raise NotImplementedError(
+            "enable_telemetry() is not available in Monarch in Python; jobs run without the "
+            "telemetry sidecar"
+        )
+
+    def enable_admin(self, *args: Any, **kwargs: Any) -> JobTrait:
+        """Not available: Monarch's mesh admin agent has no counterpart here yet."""
+        raise NotImplementedError(
+            "enable_admin() is not available in Monarch in Python; jobs run without the mesh "
+            "admin agent"
+        )
+
+    def remote_mount(self, *args: Any, **kwargs: Any) -> None:
+        """Not available: mounting a local folder on the workers (FUSE)."""
+        raise NotImplementedError(
+            "remote_mount() is not available in Monarch in Python: copy or share the folder "
+            "with the workers yourself (a shared file system, rsync)"
+        )
+
+    def gather_mount(self, *args: Any, **kwargs: Any) -> None:
+        """Not available: mounting the workers' folders here (FUSE)."""
+        raise NotImplementedError(
+            "gather_mount() is not available in Monarch in Python: copy the workers' files "
+            "back yourself (a shared file system, rsync)"
+        )
+
+
+def job_loads(data: bytes) -> JobTrait:
+    """A job from the bytes ``JobTrait.dumps()`` made. Unpickling runs code:
+    load only jobs you saved yourself."""
+    job = pickle.loads(data)
+    if not isinstance(job, JobTrait):
+        raise TypeError(f"the data holds a {type(job).__name__}, not a job (JobTrait)")
+    return job
+
+
+def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
+    """The job saved at ``filename`` by ``JobTrait.dump()`` (by default the
+    cache ``state()`` writes). Unpickling runs code: load only your own files."""
+    with open(filename, "rb") as f:
+        data = f.read()
+    try:
+        return job_loads(data)
+    except TypeError as error:
+        raise TypeError(f"{filename}: {error}") from None
+
+
+class LocalJob(JobTrait):
+    """A job on this machine alone: every named mesh is ``this_host()``. A
+    stand-in that lets a program switch between local and scheduled runs by
+    changing only its job."""
+
+    _shutdown_on_kill = False  # this_host() is this process's own: kill() leaves it be
+
+    def __init__(self, hosts: Sequence[str] = ("hosts",)) -> None:
+        """``hosts``: the names of the host meshes, each ``this_host()``."""
+        if isinstance(hosts, str):
+            hosts = (hosts,)
+        self._host_names = tuple(hosts)
+        self._client: LocalProcess | None = None
+        self._log_dir: str | None = None
+        super().__init__()
+
+    def _create(self, client_script: str | None) -> None:
+        if client_script is None:
+            return  # this machine is always there
+        logs = Path(".monarch/logs")
+        logs.mkdir(parents=True, exist_ok=True)
+        self._log_dir = tempfile.mkdtemp(prefix="job_", dir=logs)
+        env = {**os.environ, BATCH_ENV: "1"}
+        with (
+            open(os.path.join(self._log_dir, "stdout.log"), "wb") as out,
+            open(os.path.join(self._log_dir, "stderr.log"), "wb") as err,
+        ):
+            client = subprocess.Popen(
+                [sys.executable, client_script],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        self._client = LocalProcess.of(client.pid)
+        log.info("started %s as pid %d; logs in %s", client_script, client.pid, self._log_dir)
+
+    @property
+    def log_dir(self) -> str | None:
+        """Where the client script ``apply(client_script=...)`` started writes
+        its output (``stdout.log``, ``stderr.log``), if any."""
+        return self._log_dir
+
+    @property
+    def client_pid(self) -> int | None:
+        """The pid of the client script ``apply(client_script=...)`` started."""
+        return self._client.pid if self._client is not None else None
+
+    def _state(self) -> JobState:
+        return JobState({name: this_host() for name in self._host_names})
+
+    def can_run(self, spec: JobTrait) -> bool:
+        """Never: a local job costs nothing to apply, so a cache is not reused
+        (the spec's own mesh names are used)."""
+        return False
+
+    def _kill(self) -> None:
+        if self._client is not None:
+            end_sessions([self._client])
+            self._client = None
+
+    def __repr__(self) -> str:
+        return f"LocalJob(hosts={self._host_names!r})"

@@ -1,0 +1,464 @@
+"""``SlurmJob``: hosts from a Slurm allocation. ``apply`` submits one batch
+job for every mesh (one allocation of as many nodes as the meshes have in
+all, as Monarch does); its script runs one worker per node with ``srun``; the
+controller waits for the allocation to run, learns its nodes, gives each
+mesh its share in node-list order and attaches to ``tcp://NODE:PORT``."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from monarch_actor import attach_to_workers
+
+from ._errors import JobError
+from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait
+from ._process import check_meshes
+from ._secret import SECRET_ENV, SECRET_FILE_ENV, adopt_secret, current_secret, secret_for_workers
+
+__all__ = ["SlurmJob", "TERMINAL_STATES"]
+
+log = logging.getLogger("monarch.launcher.slurm")
+
+TERMINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "TIMEOUT",
+    }
+)
+"""Slurm job states after which the job's workers are gone."""
+
+_PROGRESS_EVERY = 30.0  # seconds between "still waiting" lines
+
+
+def _run(
+    cmd: list[str], *, what: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    if shutil.which(cmd[0]) is None:
+        raise JobError(
+            f"{what} needs the Slurm command {cmd[0]!r}, which is not on PATH: run this on a "
+            "machine of the Slurm cluster (a login node) or add Slurm's bin folder to PATH"
+        )
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, check=False)
+
+
+class SlurmJob(JobTrait):
+    """A job whose hosts are the nodes of one Slurm allocation.
+
+    ``SlurmJob({"trainers": 4, "dataloaders": 1})`` asks for 5 nodes; each
+    runs ``python -m monarch_launcher worker`` at ``tcp://NODE:monarch_port``
+    (NODE being the node's Slurm name, which must resolve on the nodes and on
+    the controller's machine). The workers get the job secret through the
+    environment ``sbatch`` passes on (``--export=ALL``, Slurm's default).
+    """
+
+    def __init__(
+        self,
+        meshes: dict[str, int],
+        python_exe: str = "python",
+        slurm_args: Sequence[str] = (),
+        monarch_port: int = 22222,
+        job_name: str = "monarch_job",
+        ntasks_per_node: int = 1,
+        time_limit: str | None = None,
+        partition: str | None = None,
+        log_dir: str | None = None,
+        exclusive: bool = True,
+        gpus_per_node: int | None = None,
+        cpus_per_task: int | None = None,
+        mem: str | None = None,
+        job_start_timeout: int | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        out_of_cluster: bool = False,
+        attach_to: str | None = None,
+        bind_to: str | None = None,
+    ) -> None:
+        """Arguments as in Monarch: ``meshes`` (mesh name -> number of nodes),
+        ``python_exe`` (the Python on the nodes, with ``monarch_launcher``
+        installed), ``slurm_args`` (extra ``#SBATCH`` options such as
+        ``["--constraint=h100"]``), ``monarch_port`` (where each worker
+        listens), ``job_name`` (the Slurm job's name gets this script's pid
+        appended), ``ntasks_per_node``, ``time_limit`` (``HH:MM:SS``),
+        ``partition``, ``log_dir`` (the job's output files; default: the
+        current directory), ``exclusive``, ``gpus_per_node``,
+        ``cpus_per_task``, ``mem``, ``job_start_timeout`` (seconds to wait for
+        the allocation to run; None waits as long as it queues), ``account``
+        and ``qos``. ``bind_to``: the interface the workers listen on (e.g.
+        ``"0.0.0.0"``) when the node name resolves to another address on the
+        node itself. ``out_of_cluster``/``attach_to`` (reaching workers through
+        a gateway) are not supported: the controller must reach the nodes."""
+        if out_of_cluster or attach_to is not None:
+            raise NotImplementedError(
+                "SlurmJob(out_of_cluster=..., attach_to=...) is not supported: run the controller "
+                "where it reaches the nodes directly (a login node or a node of the allocation)"
+            )
+        self._meshes = check_meshes(meshes, "SlurmJob")
+        if isinstance(slurm_args, str):
+            raise TypeError(f"slurm_args is a list of options, not a str: use [{slurm_args!r}]")
+        if not isinstance(monarch_port, int) or not 0 < monarch_port < 65536:
+            raise ValueError(
+                f"SlurmJob: monarch_port must be a TCP port (1-65535), got {monarch_port!r}"
+            )
+        if ntasks_per_node < 1:
+            raise ValueError(f"SlurmJob: ntasks_per_node must be at least 1, got {ntasks_per_node}")
+        self._python_exe = python_exe
+        self._slurm_args = tuple(slurm_args)
+        self._check_export(self._slurm_args)
+        self._port = monarch_port
+        self._job_name = job_name
+        self._ntasks_per_node = ntasks_per_node
+        self._time_limit = time_limit
+        self._partition = partition
+        self._log_dir = log_dir if log_dir is not None else os.getcwd()
+        self._exclusive = exclusive
+        self._gpus_per_node = gpus_per_node
+        self._cpus_per_task = cpus_per_task
+        self._mem = mem
+        self._job_start_timeout = job_start_timeout
+        self._account = account
+        self._qos = qos
+        self._bind_to = bind_to
+        self._slurm_job_id: str | None = None
+        self._hostnames: list[str] = []
+        self._secret: str | None = None
+        self._batch = False
+        super().__init__()
+
+    @staticmethod
+    def _check_export(args: Sequence[str]) -> None:
+        for arg in args:
+            if arg.startswith("--export"):
+                value = arg.partition("=")[2]
+                names = {part.split("=", 1)[0] for part in value.split(",")}
+                if "ALL" not in names and SECRET_ENV not in names:
+                    raise ValueError(
+                        f"slurm_args {arg!r} would keep the job secret from the workers: add "
+                        f"{SECRET_ENV} to the list (e.g. --export={SECRET_ENV},...) or use "
+                        "--export=ALL"
+                    )
+
+    # -- the spec -----------------------------------------------------------------------
+
+    def add_mesh(self, name: str, num_nodes: int) -> None:
+        """Ask for one more mesh of ``num_nodes`` nodes (before ``apply``)."""
+        self._meshes = check_meshes({**self._meshes, name: num_nodes}, "SlurmJob")
+
+    def share_node(self, tasks_per_node: int, gpus_per_task: int, partition: str) -> None:
+        """Not available: Monarch sizes shared nodes with ``clusterscope``."""
+        raise NotImplementedError(
+            "share_node() is not available in Monarch in Python: pass exclusive=False with "
+            "cpus_per_task=, mem= and gpus_per_node= instead"
+        )
+
+    @property
+    def num_nodes(self) -> int:
+        """How many nodes the job asks for: the meshes' sizes added up."""
+        return sum(self._meshes.values())
+
+    @property
+    def slurm_job_id(self) -> str | None:
+        """The Slurm job id once submitted (``$SLURM_JOB_ID`` inside a batch run)."""
+        if self._slurm_job_id is not None:
+            return self._slurm_job_id
+        return os.environ.get("SLURM_JOB_ID") if self._batch and _in_batch() else None
+
+    def worker_address(self, node: str) -> str:
+        """The address the controller dials for the worker on ``node``."""
+        return f"tcp://{node}:{self._port}"
+
+    def _log_paths(self, unique_name: str) -> tuple[str, str]:
+        return (
+            os.path.join(self._log_dir, f"slurm_%j_{unique_name}.out"),
+            os.path.join(self._log_dir, f"slurm_%j_{unique_name}.err"),
+        )
+
+    def batch_script(
+        self, client_script: str | None = None, *, unique_name: str | None = None
+    ) -> str:
+        """The script ``apply`` hands to ``sbatch``: ``#SBATCH`` options for
+        one allocation of ``num_nodes`` nodes, then one worker per node
+        (``srun``). With ``client_script``, the script also runs that client
+        on the first node, with ``MONARCH_BATCH_JOB=1``, and ends the workers
+        when it exits."""
+        name = unique_name or f"{self._job_name}_{os.getpid()}"
+        out, err = self._log_paths(name)
+        nodes = self.num_nodes
+        lines = [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={name}",
+            f"#SBATCH --nodes={nodes}",
+            f"#SBATCH --ntasks-per-node={self._ntasks_per_node}",
+            f"#SBATCH --output={out}",
+            f"#SBATCH --error={err}",
+        ]
+        optional = [
+            ("--time", self._time_limit),
+            ("--gpus-per-node", self._gpus_per_node),
+            ("--cpus-per-task", self._cpus_per_task),
+            ("--mem", self._mem),
+            ("--partition", self._partition),
+            ("--account", self._account),
+            ("--qos", self._qos),
+        ]
+        lines += [f"#SBATCH {flag}={value}" for flag, value in optional if value is not None]
+        if self._exclusive:
+            lines.append("#SBATCH --exclusive")
+        lines += [f"#SBATCH {arg}" for arg in self._slurm_args if arg.startswith("-")]
+        dial = f"tcp://${{SLURMD_NODENAME:-$(hostname)}}:{self._port}"
+        address = dial if self._bind_to is None else f"{dial}@tcp://{self._bind_to}:{self._port}"
+        worker = (
+            f'exec {shlex.quote(self._python_exe)} -m monarch_launcher worker --address "{address}"'
+        )
+        srun = [
+            "srun",
+            f"--nodes={nodes}",
+            f"--ntasks={nodes}",
+            "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1",
+        ]
+        if self._gpus_per_node is not None:
+            srun.append(f"--gpus-per-node={self._gpus_per_node}")
+        lines += [
+            "",
+            "# one worker per node, with every resource of its node where srun allows (--whole)",
+            "WHOLE=$(srun --help 2>&1 | grep -q -- '--whole' && echo --whole)",
+            f"{' '.join(srun)} $WHOLE bash -c {shlex.quote(worker)}"
+            + (" &" if client_script is not None else ""),
+        ]
+        if client_script is not None:
+            first = shlex.split(client_script)[0] if client_script.strip() else ""
+            client = (
+                f"{shlex.quote(self._python_exe)} {client_script}"
+                if first.endswith(".py")
+                else client_script
+            )
+            lines += [
+                "WORKERS=$!",
+                "trap 'kill $WORKERS 2>/dev/null; wait $WORKERS' EXIT",
+                f"{BATCH_ENV}=1 {client}",
+                "STATUS=$?",
+                "exit $STATUS",
+            ]
+        return "\n".join(lines) + "\n"
+
+    # -- the lifecycle ------------------------------------------------------------------
+
+    def _create(self, client_script: str | None) -> None:
+        self._secret = secret_for_workers()
+        unique = f"{self._job_name}_{os.getpid()}"
+        if client_script is not None:
+            batch = copy.copy(self)
+            batch._batch = True
+            batch._status = "running"
+            batch._apply_id = str(uuid.uuid4())
+            batch.dump(DEFAULT_JOB_PATH)  # the client, in the allocation, finds its job here
+        os.makedirs(self._log_dir, exist_ok=True)
+        script = self.batch_script(client_script, unique_name=unique)
+        env = {**os.environ, SECRET_ENV: self._secret}
+        env.pop(SECRET_FILE_ENV, None)
+        log.info("submitting a Slurm job for %d nodes (%s)", self.num_nodes, self._meshes)
+        done = _run(["sbatch", "--parsable"], what="SlurmJob.apply()", stdin=script, env=env)
+        if done.returncode != 0:
+            raise JobError(
+                f"sbatch refused the job (exit status {done.returncode}): "
+                f"{done.stderr.strip() or done.stdout.strip()}. Check the partition, account, "
+                "qos and node count against `sinfo` and your limits (`sacctmgr show assoc`)"
+            )
+        job_id = done.stdout.strip().split(";")[0].strip()
+        if not job_id.isdigit() and not job_id.replace("_", "").isdigit():
+            raise JobError(f"could not read a job id from sbatch's output {done.stdout!r}")
+        self._slurm_job_id = job_id
+        self._hostnames = []
+        out, _ = self._log_paths(unique)
+        log.info("Slurm job %s submitted; its output goes to %s", job_id, out.replace("%j", job_id))
+
+    def _query(self, job_id: str) -> tuple[str, str, str] | None:
+        """(state, node list, reason) of the job, or None once Slurm forgot it."""
+        done = _run(["squeue", "-h", "-j", job_id, "-o", "%T|%N|%r"], what="SlurmJob")
+        if done.returncode != 0:
+            if "Invalid job id" in done.stderr:
+                return None
+            raise JobError(f"squeue could not report job {job_id}: {done.stderr.strip()}")
+        line = done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+        if not line:
+            return None
+        state, nodes, reason = [*line.split("|"), "", ""][:3]
+        return state.strip(), nodes.strip(), reason.strip()
+
+    def _final_state(self, job_id: str) -> str:
+        if shutil.which("sacct") is None:
+            return "finished"
+        done = _run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], what="SlurmJob")
+        state = done.stdout.strip().splitlines()[0].strip() if done.stdout.strip() else ""
+        return state or "finished"
+
+    def _expand_nodes(self, nodelist: str) -> list[str]:
+        done = _run(["scontrol", "show", "hostnames", nodelist], what="SlurmJob")
+        if done.returncode != 0:
+            raise JobError(f"scontrol could not expand the node list {nodelist!r}: {done.stderr}")
+        return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+    def _error_output(self, job_id: str) -> str:
+        pattern = f"slurm_{job_id}_"
+        try:
+            found = sorted(Path(self._log_dir).glob(f"{pattern}*.err"))
+        except OSError:
+            return ""
+        if not found:
+            return ""
+        try:
+            tail = found[-1].read_text(errors="replace").strip().splitlines()[-10:]
+        except OSError:
+            return ""
+        return f"\n  {found[-1]}:\n    " + "\n    ".join(tail) if tail else ""
+
+    def _wait_for_nodes(self) -> list[str]:
+        job_id = self.slurm_job_id
+        if job_id is None:
+            raise JobError("this SlurmJob has no Slurm job: apply() it first")
+        timeout = self._job_start_timeout
+        started = time.monotonic()
+        last_report = started
+        last_state = ""
+        delay = 0.25
+        while True:
+            found = self._query(job_id)
+            if found is None:
+                state = self._final_state(job_id)
+                raise JobError(
+                    f"Slurm job {job_id} is no longer queued ({state}) before its workers could "
+                    f"be reached{self._error_output(job_id)}"
+                )
+            state, nodelist, reason = found
+            if state == "RUNNING":
+                nodes = self._expand_nodes(nodelist)
+                if len(nodes) != self.num_nodes:
+                    raise JobError(
+                        f"Slurm job {job_id} runs on {len(nodes)} nodes, not the "
+                        f"{self.num_nodes} asked for"
+                    )
+                log.info("Slurm job %s runs on %s", job_id, ", ".join(nodes))
+                return nodes
+            if state in TERMINAL_STATES or state.split()[0] in TERMINAL_STATES:
+                raise JobError(
+                    f"Slurm job {job_id} ended ({state}) before its workers could be reached"
+                    f"{self._error_output(job_id)}"
+                )
+            now = time.monotonic()
+            if state != last_state or now - last_report >= _PROGRESS_EVERY:
+                log.info(
+                    "Slurm job %s is %s%s (waited %.0f s)",
+                    job_id,
+                    state,
+                    f" ({reason})" if reason and reason != "None" else "",
+                    now - started,
+                )
+                last_state, last_report = state, now
+            if timeout is not None and now - started >= timeout:
+                self._kill()
+                raise JobError(
+                    f"Slurm job {job_id} did not start within job_start_timeout={timeout} s "
+                    f"(it was {state}{', ' + reason if reason else ''}); it was cancelled. "
+                    "Ask for fewer nodes, another partition, or a longer timeout"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def _state(self) -> JobState:
+        if not self._hostnames:
+            self._hostnames = self._wait_for_nodes()
+        if self._batch and _in_batch():
+            adopt_secret(current_secret() or self._secret, "this SlurmJob")
+        else:
+            adopt_secret(self._secret, "this SlurmJob")
+        meshes = {}
+        at = 0
+        for mesh, count in self._meshes.items():
+            nodes = self._hostnames[at : at + count]
+            at += count
+            meshes[mesh] = attach_to_workers(
+                name=mesh,
+                ca="trust_all_connections",
+                workers=[self.worker_address(node) for node in nodes],
+            )
+        return JobState(meshes)
+
+    def _spec(self) -> tuple[Any, ...]:
+        return (
+            self._meshes,
+            self._python_exe,
+            self._slurm_args,
+            self._port,
+            self._job_name,
+            self._ntasks_per_node,
+            self._time_limit,
+            self._partition,
+            self._exclusive,
+            self._gpus_per_node,
+            self._cpus_per_task,
+            self._mem,
+            self._job_start_timeout,
+            self._account,
+            self._qos,
+            self._bind_to,
+        )
+
+    def can_run(self, spec: JobTrait) -> bool:
+        """Same options and meshes, and the Slurm job still queued or running
+        (inside a batch run: always, once the allocation is found)."""
+        if not (isinstance(spec, SlurmJob) and spec._spec() == self._spec()):
+            return False
+        if not (self.active or (self._batch and _in_batch())):
+            return False
+        mine = current_secret()
+        if not self._batch and mine is not None and mine != self._secret:
+            return False
+        return self._job_active()
+
+    def _job_active(self) -> bool:
+        job_id = self.slurm_job_id
+        if job_id is None:
+            return False
+        try:
+            found = self._query(job_id)
+        except JobError as error:
+            log.warning("%s", error)
+            return False
+        return found is not None and found[0] not in TERMINAL_STATES
+
+    def _kill(self) -> None:
+        if self._batch and _in_batch():
+            return  # the batch script ends its own workers when the client exits
+        job_id = self._slurm_job_id
+        if job_id is not None:
+            done = _run(["scancel", job_id], what="SlurmJob.kill()")
+            if done.returncode != 0:
+                log.warning("scancel %s failed: %s", job_id, done.stderr.strip())
+            else:
+                log.info("cancelled Slurm job %s", job_id)
+        self._slurm_job_id = None
+        self._hostnames = []
+
+    def __repr__(self) -> str:
+        return f"SlurmJob({self._meshes!r}, job id {self._slurm_job_id})"
+
+
+def _in_batch() -> bool:
+    return os.environ.get(BATCH_ENV) == "1"

@@ -1,0 +1,63 @@
+import os
+import sys
+import threading
+
+import pytest
+
+# actors used by the tests live in actors.py, imported by name (procs see this
+# sys.path too, as every proc sees its controller's)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+os.environ.setdefault("MONARCH_PRELOAD", "")  # the tests do not use torch in procs
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_faults():
+    """A failure nobody handled fails the test that caused it, with its
+    report, instead of ending the whole run."""
+    import monarch_actor
+
+    faults = []
+    default = monarch_actor.unhandled_fault_hook
+    monarch_actor.unhandled_fault_hook = faults.append
+    try:
+        yield
+    finally:
+        monarch_actor.unhandled_fault_hook = default
+    assert not faults, "unhandled failures:\n" + "\n".join(f.report() for f in faults)
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """Run the test in a fresh folder (jobs cache themselves in .monarch/)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+class Failures(list):
+    """Failures that reached the controller's hook; ``wait`` for the first."""
+
+    def __init__(self):
+        super().__init__()
+        self._arrived = threading.Event()
+
+    def append(self, failure):
+        super().append(failure)
+        self._arrived.set()
+
+    def wait(self, timeout):
+        return self._arrived.wait(timeout)
+
+
+@pytest.fixture
+def failures():
+    """The failures that reach the controller's hook during the test (the
+    test expects them and looks at them)."""
+    import monarch_actor
+
+    seen = Failures()
+    before = monarch_actor.unhandled_fault_hook
+    monarch_actor.unhandled_fault_hook = seen.append
+    yield seen
+    monarch_actor.unhandled_fault_hook = before

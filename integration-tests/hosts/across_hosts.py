@@ -6,6 +6,7 @@ Usage: across_hosts.py WORKER_ADDRESS...  Prints "across hosts: ok"."""
 import sys
 
 import torch
+
 from monarch.actor import Actor, attach_to_workers, current_rank, endpoint
 from monarch.rdma import RDMABuffer
 

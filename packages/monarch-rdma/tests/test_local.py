@@ -201,9 +201,9 @@ def test_server_refuses_peers_without_the_secret():
     _, buffer = make(8)
     host, port = buffer._handle.owner.server
     with socket.create_connection((host, port), timeout=5) as sock:
-        sock.sendall(_wire.MAGIC + b"\0" * 16)
-        sock.recv(48)
-        sock.sendall(b"\0" * 32)  # a wrong proof
+        sock.sendall(_wire.MAGIC + b"\0" * _wire.NONCE)
+        _wire.recv_exact(sock, _wire.NONCE + 1 + _wire.MAC)  # nonce, flags, proof
+        sock.sendall(b"\0" * (1 + _wire.MAC))  # flags and a wrong proof
         assert closed(sock)  # nothing served
     with socket.create_connection((host, port), timeout=5) as sock:
         sock.sendall(b"GET / HTTP/1.0\r\n\r\n" + b"\0" * 8)

@@ -169,7 +169,21 @@ def test_unreachable_owner(settings):
 # -- ibverbs --------------------------------------------------------------------------------
 
 
-def test_ibverbs_unavailable_without_pyverbs_or_device(settings, monkeypatch):
+def forget_pyverbs():
+    """No trace of the stand-in: what ``available()`` found, and its modules
+    (left in ``sys.modules``, a later ``available()`` would find them)."""
+    _ibverbs.reset()
+    for name in [m for m in sys.modules if m == "pyverbs" or m.startswith("pyverbs.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def no_pyverbs_after():
+    yield
+    forget_pyverbs()
+
+
+def test_ibverbs_unavailable_without_pyverbs_or_device(settings, monkeypatch, no_pyverbs_after):
     _ibverbs.reset()
     monkeypatch.setitem(sys.modules, "pyverbs", None)  # not installed
     assert _ibverbs.available() is False
@@ -205,9 +219,7 @@ def fake_nic(settings, monkeypatch):
     import pyverbs
 
     yield pyverbs
-    _ibverbs.reset()
-    for name in [m for m in sys.modules if m == "pyverbs" or m.startswith("pyverbs.")]:
-        del sys.modules[name]
+    forget_pyverbs()
 
 
 def test_ibverbs_end_to_end_on_the_stand_in(fake_nic, settings):

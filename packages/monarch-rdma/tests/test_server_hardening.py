@@ -20,10 +20,9 @@ def served(buffer):
     out = bytearray(buffer.size())
     handle = buffer._handle
     _control.request(handle, _wire.Op.PING, time.monotonic() + 10)
-    with _control.connection(handle, time.monotonic() + 10) as sock:
-        sock.sendall(_wire.REQUEST.pack(1, 0, handle.buffer_id, handle.token, 0, len(out)))
-        _control.read_answer(sock, handle, time.monotonic() + 10)
-        _wire.recv_into_exact(sock, memoryview(out))
+    with _control.connection(handle, time.monotonic() + 10) as chan:
+        chan.send([_wire.request_header(1, handle.buffer_id, handle.token, 0, len(out)), b"", b""])
+        _control.read_answer(chan, handle, time.monotonic() + 10, memoryview(out))
     return bytes(out)
 
 
@@ -105,20 +104,27 @@ def test_connections_in_their_handshake_are_bounded(buffer, monkeypatch, caplog)
 
 
 def authenticated(buffer):
-    sock = socket.create_connection(buffer._handle.owner.server, timeout=5)
-    _wire.client_handshake(sock)
-    return sock
+    """A connection through the handshake, as the control client opens them
+    (sealed or not, as the integrity setting says)."""
+    address = buffer._handle.owner.server
+    sock = socket.create_connection(address, timeout=5)
+    return _wire.client_handshake(sock, address[0])
 
 
-def send(sock, buffer, op, args_bytes, offset=0):
+def send(chan, buffer, op, args_bytes, offset=0):
     handle = buffer._handle
-    header = _wire.REQUEST.pack(op, len(args_bytes), handle.buffer_id, handle.token, offset, 0)
-    sock.sendall(header + args_bytes)
+    header = _wire.request_header(
+        op, handle.buffer_id, handle.token, offset, 0, arg_len=len(args_bytes)
+    )
+    chan.send([header, args_bytes, b""])
 
 
-def recv_answer(sock):
-    status, msg_len, value = _wire.ANSWER.unpack(_wire.recv_exact(sock, _wire.ANSWER.size))
-    return status, _wire.recv_exact(sock, msg_len).decode(), value
+def recv_answer(chan):
+    header = chan.receive(_wire.ANSWER.size)
+    status, msg_len, value = _wire.ANSWER.unpack(header)
+    text = chan.receive(msg_len)
+    chan.verify([header, text])
+    return status, text.decode(), value
 
 
 @pytest.mark.parametrize(
@@ -131,21 +137,21 @@ def test_malformed_arguments_are_answered_and_the_server_serves_on(buffer, caplo
         status, message, _ = recv_answer(sock)
         assert status == _wire.Status.BAD_REQUEST
         assert "malformed RDMA data-plane request" in message and problem in message
-        assert closed_within(sock, 5)  # what followed cannot be trusted: closed cleanly
+        assert closed_within(sock.sock, 5)  # what followed cannot be trusted: closed cleanly
     assert "bad request" in caplog.text
     assert served(buffer) == b"still served"
 
 
 def test_oversized_arguments_close_the_connection(buffer, caplog):
     handle = buffer._handle
-    with caplog.at_level(logging.WARNING, logger="monarch.rdma"), authenticated(buffer) as sock:
-        header = _wire.REQUEST.pack(
-            _wire.Op.PING, _wire.MAX_ARGS + 1, handle.buffer_id, handle.token, 0, 0
+    with caplog.at_level(logging.WARNING, logger="monarch.rdma"), authenticated(buffer) as chan:
+        header = _wire.request_header(
+            _wire.Op.PING, handle.buffer_id, handle.token, arg_len=_wire.MAX_ARGS + 1
         )
-        sock.sendall(header)
-        status, message, _ = recv_answer(sock)
+        chan.sock.sendall(header)  # refused on its header: nothing more is read
+        status, message, _ = recv_answer(chan)
         assert status == _wire.Status.BAD_REQUEST and "bytes of arguments" in message
-        assert closed_within(sock, 5)
+        assert closed_within(chan.sock, 5)
     assert served(buffer) == b"still served"
 
 
@@ -171,7 +177,7 @@ def test_a_failing_connection_thread_is_logged_and_the_server_serves_on(
     monkeypatch.setattr(_server.DataServer, "_handle", broken)
     with caplog.at_level(logging.ERROR, logger="monarch.rdma"), authenticated(buffer) as sock:
         send(sock, buffer, _wire.Op.PING, b"")
-        assert closed_within(sock, 5)
-    assert "connection failed; closing it" in caplog.text
+        assert closed_within(sock.sock, 5)
+    assert "failed; closing it" in caplog.text
     monkeypatch.undo()
     assert served(buffer) == b"still served"

@@ -11,13 +11,12 @@ known to the rest of the package is in ``_backends``.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ._wire import RequestError, Status, dropped_message
+from ._wire import Channel, Payload, RequestError, Status, dropped_message
 
 if TYPE_CHECKING:
     from ._handle import Handle
@@ -125,6 +124,8 @@ class OwnerRequest:
     region: Region | None  # None: not registered (dropped, or a stale token)
     resources: ConnectionResources = field(default_factory=ConnectionResources)
     """What the peer's connection holds; released when it closes."""
+    payload: Payload | None = None
+    """The data that follows the request (a write's), when its flags say so."""
 
     def registered(self) -> Region:
         """The region, or the ``DROPPED`` answer the server sends for it."""
@@ -133,7 +134,8 @@ class OwnerRequest:
         return self.region
 
 
-OwnerOp = Callable[[socket.socket, OwnerRequest], None]
-"""A backend's operation on the owner: it reads what follows the request
-header from the socket (a write's data) and sends one answer (see ``_wire``);
-``RequestError`` becomes an error answer."""
+OwnerOp = Callable[[Channel, OwnerRequest], None]
+"""A backend's operation on the owner: it uses the request's data (its
+``payload``, a write's) and sends one answer on the connection (see
+``_wire``); ``RequestError`` becomes an error answer. The request has
+passed its integrity check when the connection is sealed."""

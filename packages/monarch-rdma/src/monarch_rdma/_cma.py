@@ -38,7 +38,6 @@ import ctypes
 import errno
 import os
 import queue
-import socket
 import threading
 import time
 import warnings
@@ -64,7 +63,7 @@ from ._identity import this_host
 from ._memory import LocalMemory
 from ._ptrace import ptrace_scope
 from ._regions import Region, writable_token
-from ._wire import RequestError, Status, answer_json, readonly_message
+from ._wire import Channel, RequestError, Status, answer_json, readonly_message
 
 __all__ = [
     "ALLOW_ATTACH",
@@ -391,7 +390,7 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def _serve_allow(conn: socket.socket, request: OwnerRequest) -> None:
+def _serve_allow(chan: Channel, request: OwnerRequest) -> None:
     """Owner side of ``ALLOW_ATTACH``: let the asking reader attach to us.
     Only a holder of a live buffer of ours, over an authenticated connection."""
     request.registered()
@@ -402,7 +401,7 @@ def _serve_allow(conn: socket.socket, request: OwnerRequest) -> None:
         tracer = _ptrace.policy.allow(pid)
     except PermissionError as error:
         raise RequestError(Status.FAILED, str(error)) from error
-    answer_json(conn, {"tracer": tracer})
+    answer_json(chan, {"tracer": tracer})
 
 
 def _disabled(config: RdmaConfig) -> str | None:

@@ -5,7 +5,9 @@ Every backend that needs the owner's help goes through here: ``drop()`` from
 a holder, the atomics, the ibverbs queue-pair exchange, the CUDA IPC handle.
 The tcp backend streams its data over the same pooled connections
 (:func:`connection`). Socket failures become the ``RDMAError`` a user can
-act on: a timeout, an owner that is gone, a dropped buffer.
+act on: a timeout, an owner that is gone, a dropped buffer; an answer that
+fails its integrity check (a sealed connection, see ``_wire``) fails the
+transfer with an ``RDMATransferError`` that says so, and is logged.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import atexit
 import collections
 import contextlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -21,9 +24,19 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from monarch_transport import IntegrityError
+
 from ._errors import RDMABufferDropped, RDMAOwnerGone, RDMATimeoutError, RDMATransferError
 from ._handle import Handle
-from ._wire import ANSWER, REQUEST, Status, client_handshake, recv_exact, tune
+from ._wire import (
+    ANSWER,
+    MAX_ANSWER,
+    Channel,
+    Status,
+    client_handshake,
+    request_header,
+    tune,
+)
 
 __all__ = [
     "as_rdma_error",
@@ -35,12 +48,13 @@ __all__ = [
     "set_deadline",
 ]
 
+log = logging.getLogger("monarch.rdma.client")
 CONNECT_TIMEOUT = 10.0
 RETRY_FIRST_PAUSE = 0.01  # a connection closed in its handshake is tried again after this
 RETRY_MAX_PAUSE = 0.5
 
 
-def _open(address: tuple[str, int], deadline: float) -> socket.socket:
+def _open(address: tuple[str, int], deadline: float) -> Channel:
     """A new authenticated connection to the server at ``address``.
 
     A server closes new connections at once while too many are in their
@@ -53,9 +67,9 @@ def _open(address: tuple[str, int], deadline: float) -> socket.socket:
         sock = socket.create_connection(address, timeout=timeout)
         try:
             tune(sock)
-            client_handshake(sock)
-            set_deadline(sock, deadline)
-            return sock
+            chan = client_handshake(sock, address[0])
+            set_deadline(chan, deadline)
+            return chan
         except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
             sock.close()
             if time.monotonic() + pause >= deadline:
@@ -72,16 +86,16 @@ class _Pool:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.idle: dict[tuple[str, int], collections.deque[socket.socket]] = {}
+        self.idle: dict[tuple[str, int], collections.deque[Channel]] = {}
 
-    def acquire(self, address: tuple[str, int], deadline: float) -> socket.socket:
+    def acquire(self, address: tuple[str, int], deadline: float) -> Channel:
         with self.lock:
             idle = self.idle.get(address)
             if idle:
                 return idle.pop()
         return _open(address, deadline)
 
-    def release(self, address: tuple[str, int], sock: socket.socket) -> None:
+    def release(self, address: tuple[str, int], sock: Channel) -> None:
         with self.lock:
             self.idle.setdefault(address, collections.deque()).append(sock)
 
@@ -96,10 +110,14 @@ class _Pool:
 _pool = _Pool()
 
 
+def _where(handle: Handle) -> str:
+    owner = handle.owner
+    return f"pid {owner.pid} on {owner.hostname} ({owner.server[0]}:{owner.server[1]})"
+
+
 def as_rdma_error(handle: Handle, error: BaseException, deadline: float) -> BaseException:
     """A socket failure as the error a user can act on."""
-    owner = handle.owner
-    where = f"pid {owner.pid} on {owner.hostname} ({owner.server[0]}:{owner.server[1]})"
+    where = _where(handle)
     if isinstance(error, TimeoutError | socket.timeout) or time.monotonic() >= deadline:
         return RDMATimeoutError(
             f"RDMA transfer with buffer {handle.buffer_id} timed out (owner {where}); "
@@ -113,7 +131,7 @@ def as_rdma_error(handle: Handle, error: BaseException, deadline: float) -> Base
     )
 
 
-def set_deadline(sock: socket.socket, deadline: float) -> None:
+def set_deadline(sock: Channel, deadline: float) -> None:
     """Let the next socket operation block until ``deadline`` at most."""
     left = deadline - time.monotonic()
     if left <= 0:
@@ -122,7 +140,7 @@ def set_deadline(sock: socket.socket, deadline: float) -> None:
 
 
 @contextlib.contextmanager
-def connection(handle: Handle, deadline: float) -> Iterator[socket.socket]:
+def connection(handle: Handle, deadline: float) -> Iterator[Channel]:
     """A pooled connection to ``handle``'s owner, returned to the pool when
     the block completes; closed (and the failure mapped to an ``RDMAError``)
     when it does not, since the stream may be mid-message."""
@@ -146,19 +164,53 @@ def connection(handle: Handle, deadline: float) -> Iterator[socket.socket]:
     _pool.release(address, sock)
 
 
-def read_answer(sock: socket.socket, handle: Handle, deadline: float) -> tuple[int, bytes]:
-    """One answer: (value, message); an error status raises its ``RDMAError``."""
+def read_answer(
+    sock: Channel, handle: Handle, deadline: float, into: memoryview | None = None
+) -> tuple[int, bytes]:
+    """One answer: (value, message); an error status raises its ``RDMAError``.
+    ``into``: where a successful answer's data goes (a read's, as long as
+    ``into``), received in place; a sealed connection's answer is checked
+    before this returns, and one that fails raises (``into`` then holds
+    bytes nobody vouches for)."""
     set_deadline(sock, deadline)
-    status, msg_len, value = ANSWER.unpack(recv_exact(sock, ANSWER.size))
-    message = recv_exact(sock, msg_len) if msg_len else b""
+    header = sock.receive(ANSWER.size)
+    status, msg_len, value = ANSWER.unpack(header)
+    body: bytes | memoryview
+    if status == Status.OK and into is not None:
+        body = into
+        sock.receive_into(into)
+    elif msg_len > MAX_ANSWER:
+        raise RDMATransferError(
+            f"the owner of RDMA buffer {handle.buffer_id} ({_where(handle)}) sent a malformed "
+            f"answer ({msg_len} bytes of text, the most is {MAX_ANSWER}); the connection is closed"
+        )
+    else:
+        body = sock.receive(msg_len)
+    try:
+        sock.verify([header, body])
+    except IntegrityError as error:
+        log.warning(
+            "an answer from the RDMA data-plane server at %s (owner of buffer %d) failed its "
+            "integrity check (%s); closing the connection",
+            sock.peer,
+            handle.buffer_id,
+            error,
+        )
+        raise RDMATransferError(
+            f"an answer from the owner of RDMA buffer {handle.buffer_id} ({_where(handle)}) "
+            f"failed its integrity check ({error}): something on the network path between "
+            "the two hosts altered, injected, replayed or dropped traffic. The transfer "
+            "failed (a read's destination may hold bytes that were not checked) and the "
+            "connection was closed; retry, and look at the network path if it happens again"
+        ) from error
     if status != Status.OK:
-        text = message.decode(errors="replace")
+        text = bytes(body).decode(errors="replace")
         raise RDMABufferDropped(text) if status == Status.DROPPED else RDMATransferError(text)
-    return value, message
+    return value, bytes(body) if into is None else b""
 
 
 def exchange(
-    sock: socket.socket,
+    sock: Channel,
     handle: Handle,
     op: int,
     deadline: float,
@@ -168,8 +220,8 @@ def exchange(
 ) -> tuple[int, dict[str, Any]]:
     """One small request on ``sock``: returns (value, JSON answer)."""
     arg_bytes = json.dumps(args).encode() if args else b""
-    header = REQUEST.pack(op, len(arg_bytes), handle.buffer_id, handle.token, offset, length)
-    sock.sendall(header + arg_bytes)
+    header = request_header(op, handle.buffer_id, handle.token, offset, length, len(arg_bytes))
+    sock.send([header, arg_bytes, b""])
     value, message = read_answer(sock, handle, deadline)
     return value, (json.loads(message) if message else {})
 
@@ -188,7 +240,7 @@ def request(
         return exchange(sock, handle, op, deadline, args, offset, length)
 
 
-def dedicated(handle: Handle, deadline: float) -> socket.socket:
+def dedicated(handle: Handle, deadline: float) -> Channel:
     """A new authenticated connection to ``handle``'s owner, never pooled:
     for what the owner creates for us and keeps only while the connection
     lives (an ibverbs queue pair). Closing it releases those."""

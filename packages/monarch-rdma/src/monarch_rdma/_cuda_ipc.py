@@ -14,7 +14,6 @@ read-only (a handle that claims otherwise changes nothing).
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 from typing import Any
@@ -29,7 +28,7 @@ from ._handle import Handle
 from ._identity import this_host
 from ._memory import LocalMemory
 from ._regions import Region
-from ._wire import answer_json, readonly_message
+from ._wire import Channel, answer_json, readonly_message
 
 __all__ = ["CUDA_IPC", "CudaIpcBackend", "owner_share"]
 
@@ -51,8 +50,8 @@ def owner_share(region: Region) -> dict[str, Any]:
     }
 
 
-def _serve_share(conn: socket.socket, request: OwnerRequest) -> None:
-    answer_json(conn, owner_share(request.registered()))
+def _serve_share(chan: Channel, request: OwnerRequest) -> None:
+    answer_json(chan, owner_share(request.registered()))
 
 
 class CudaIpcBackend:

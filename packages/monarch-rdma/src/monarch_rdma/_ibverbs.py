@@ -36,7 +36,6 @@ import contextlib
 import importlib
 import ipaddress
 import secrets
-import socket
 import threading
 import time
 import weakref
@@ -59,7 +58,7 @@ from ._errors import (
 from ._handle import Handle
 from ._memory import LocalMemory
 from ._regions import Region
-from ._wire import answer_json, readonly_message
+from ._wire import Channel, answer_json, readonly_message
 
 __all__ = ["IBV_CONNECT", "IbverbsBackend", "available", "owner_connect", "reset"]
 
@@ -352,8 +351,8 @@ def _release_qp(dev: Device, qpn: int) -> None:
         cq.close()
 
 
-def _serve_connect(conn: socket.socket, request: OwnerRequest) -> None:
-    answer_json(conn, owner_connect(request.registered(), request.args, request.resources))
+def _serve_connect(chan: Channel, request: OwnerRequest) -> None:
+    answer_json(chan, owner_connect(request.registered(), request.args, request.resources))
 
 
 # -- the reader's side --------------------------------------------------------------------
@@ -366,7 +365,7 @@ class Connection:
 
     qp: Any
     cq: Any
-    control: socket.socket
+    control: Channel
     lock: threading.Lock = field(default_factory=threading.Lock)
     # (buffer id, token) -> rkey, addr, writable
     keys: dict[tuple[int, int], tuple[int, int, bool]] = field(default_factory=dict)

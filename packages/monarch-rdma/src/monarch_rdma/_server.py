@@ -6,10 +6,16 @@ actors are never invoked or blocked by them.
 The server itself serves what every owner must, whatever the backends:
 ``PING``, ``DROP`` and the 64-bit atomics. Every other operation belongs to
 a backend and is found in the registry of backends (``_backends``).
+
+On a sealed connection (``_wire``) a request is received whole, a write's
+data into staging memory, and its tag checked before anything of it is
+served; one that fails is answered ``INTEGRITY``, logged with the peer's
+address, and the connection is closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -17,26 +23,31 @@ import logging
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import monarch_rdma._backends as _backends
-from monarch_transport import default_listen_address
+from monarch_actor.extension import process_address
+from monarch_transport import Address, IntegrityError, default_listen_address
 
 from ._backend import ConnectionResources, OwnerRequest
 from ._config import get_config
 from ._regions import Region, RegionTable
 from ._wire import (
+    DATA,
     MAX_ARGS,
+    MAX_DATA,
     REQUEST,
+    Channel,
     Op,
+    Payload,
     RequestError,
     Status,
     answer,
     dropped_message,
     readonly_message,
-    recv_exact,
-    recv_into_exact,
     server_handshake,
+    staged_view,
+    staging,
     tune,
 )
 
@@ -45,6 +56,7 @@ __all__ = ["DataServer", "bind_host", "check_bounds", "start"]
 log = logging.getLogger("monarch.rdma.server")
 HANDSHAKE_TIMEOUT = 10.0  # the whole handshake, however the peer paces its bytes
 MAX_UNAUTHENTICATED = 64  # connections still in their handshake; more are closed at once
+LINGER = 10.0  # longest the server reads (and drops) what a peer sends after a last answer
 IO_TIMEOUT = 120.0  # longest a started transfer may stall before the server gives up on it
 U64 = (1 << 64) - 1
 _TRANSIENT = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
@@ -56,14 +68,20 @@ class _BadRequest(Exception):
 
 
 def bind_host() -> str:
-    """Where the server listens: configured, else where the actor runtime
-    listens (a host others already reach us on), else loopback."""
+    """Where the server listens: configured, else where this process's actor
+    runtime listens (a host others already reach us on: a proc on a worker
+    listens on that host's address), else loopback."""
     configured = get_config().tcp_host
     if configured:
         return configured
-    address = default_listen_address()
-    if address.scheme in ("tcp", "tls") and address.host not in ("", "*"):
-        return address.host
+    mine = process_address()
+    for address in (Address.parse(mine) if mine else None, default_listen_address()):
+        if (
+            address is not None
+            and address.scheme in ("tcp", "tls")
+            and address.host not in ("", "*", "0.0.0.0", "::")
+        ):
+            return address.host
     return "127.0.0.1"
 
 
@@ -115,7 +133,7 @@ class DataServer:
                 continue
             try:
                 threading.Thread(
-                    target=self._serve, args=(conn,), name="monarch-rdma-conn", daemon=True
+                    target=self._serve, args=(conn, peer), name="monarch-rdma-conn", daemon=True
                 ).start()
             except RuntimeError:  # no thread to be had: refuse this one, keep accepting
                 self._left_handshake()
@@ -126,90 +144,144 @@ class DataServer:
         with self._lock:
             self.unauthenticated -= 1
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, peer: Any) -> None:
+        where = _peer_name(peer)
         with conn:
             try:
                 tune(conn)
-                server_handshake(conn, time.monotonic() + HANDSHAKE_TIMEOUT)
+                chan = server_handshake(conn, time.monotonic() + HANDSHAKE_TIMEOUT, _host(peer))
             except (OSError, PermissionError) as error:
-                log.warning("refused an RDMA data-plane connection: %s", error)
+                log.warning("refused an RDMA data-plane connection from %s: %s", where, error)
                 return
             except Exception:  # e.g. a malformed job secret here: never a silent death
-                log.exception("RDMA data-plane handshake failed; closing the connection")
+                log.exception(
+                    "RDMA data-plane handshake with %s failed; closing the connection", where
+                )
                 return
             finally:
                 self._left_handshake()  # the slot is free, whichever way it ended
             resources = ConnectionResources()
             try:
-                self._requests(conn, resources)
+                self._requests(chan, resources)
+            except IntegrityError as error:  # before OSError: it is a ConnectionError
+                log.warning(
+                    "an RDMA data-plane request from %s failed its integrity check (%s); it was "
+                    "not served and the connection is closed. Something on the network path "
+                    "may be altering traffic",
+                    where,
+                    error,
+                )
+                with contextlib.suppress(OSError):
+                    answer(chan, Status.INTEGRITY, _integrity_message(where, error))
+                    _linger(conn)
             except (OSError, ConnectionError):
                 pass  # the reader went away; a partial write leaves only its range touched
             except _BadRequest as error:
-                log.warning("closed an RDMA data-plane connection after a bad request: %s", error)
+                log.warning(
+                    "closed an RDMA data-plane connection from %s after a bad request: %s",
+                    where,
+                    error,
+                )
+                with contextlib.suppress(OSError):
+                    _linger(conn)
             except Exception:  # never a silent death: log it, and serve the others on
-                log.exception("RDMA data-plane connection failed; closing it")
+                log.exception("RDMA data-plane connection from %s failed; closing it", where)
             finally:
                 resources.close()  # what the peer made us create lives no longer than this
 
-    def _requests(self, conn: socket.socket, resources: ConnectionResources) -> None:
+    def _requests(self, chan: Channel, resources: ConnectionResources) -> None:
         header = bytearray(REQUEST.size)
         while True:
-            conn.settimeout(None)  # an idle pooled connection waits for its next request
-            recv_into_exact(conn, memoryview(header))
-            conn.settimeout(IO_TIMEOUT)
-            self._handle(conn, resources, *REQUEST.unpack(header))
+            chan.settimeout(None)  # an idle pooled connection waits for its next request
+            chan.receive_into(memoryview(header))
+            chan.settimeout(IO_TIMEOUT)
+            self._handle(chan, resources, bytes(header))
 
     @staticmethod
-    def _args(conn: socket.socket, op: int, arg_len: int) -> dict[str, Any]:
-        """The request's JSON arguments; a malformed one is answered with
-        ``BAD_REQUEST`` and raises ``_BadRequest`` (the connection closes)."""
-        if arg_len > MAX_ARGS:
-            problem = f"{arg_len} bytes of arguments (the most is {MAX_ARGS})"
-        else:
-            raw = recv_exact(conn, arg_len) if arg_len else b"{}"
-            try:
-                args = json.loads(raw)
-            except (UnicodeDecodeError, ValueError) as error:
-                problem = f"arguments are not JSON ({error})"
-            else:
-                if isinstance(args, dict):
-                    return args
-                problem = f"arguments are a JSON {type(args).__name__}, not an object"
+    def _refuse(chan: Channel, op: int, problem: str) -> NoReturn:
+        """Answer a malformed request ``BAD_REQUEST`` and raise ``_BadRequest``
+        (the connection closes)."""
         message = f"malformed RDMA data-plane request (operation {op}): {problem}"
-        answer(conn, Status.BAD_REQUEST, message)
+        answer(chan, Status.BAD_REQUEST, message)
         raise _BadRequest(message)
 
-    def _handle(
-        self, conn: socket.socket, resources: ConnectionResources, op: int, arg_len: int,
-        buffer_id: int, token: int, offset: int, length: int,
+    def _handle(self, chan: Channel, resources: ConnectionResources, header: bytes) -> None:
+        """Receive the rest of one request, check its tag, then serve it."""
+        op, flags, arg_len, buffer_id, token, offset, length = REQUEST.unpack(header)
+        if arg_len > MAX_ARGS:
+            self._refuse(chan, op, f"{arg_len} bytes of arguments (the most is {MAX_ARGS})")
+        if flags & ~DATA:
+            self._refuse(chan, op, f"unknown flags {flags:#x}")
+        if flags & DATA and length > MAX_DATA:
+            self._refuse(chan, op, f"{length} bytes of data (the most is {MAX_DATA})")
+        raw = chan.receive(arg_len)
+        buf = None
+        data: memoryview | bytes = b""
+        payload = None
+        try:
+            if flags & DATA:
+                if chan.sealed:  # staged whole: nothing of it is used before its tag checks
+                    buf = staging.take(length)
+                    data = staged_view(buf, length)
+                    chan.receive_into(data)
+                    payload = Payload(chan, length, data)
+                else:  # straight from the socket into place, when the handler stores it
+                    payload = Payload(chan, length)
+            chan.verify([header, raw, data])
+            args = self._args(chan, op, raw)
+            self._serve_request(chan, resources, op, buffer_id, token, offset, length, args,
+                                payload)  # fmt: skip
+        finally:
+            if buf is not None:
+                staging.give(buf)
+
+    def _args(self, chan: Channel, op: int, raw: bytes) -> dict[str, Any]:
+        """The request's JSON arguments; a malformed one is answered with
+        ``BAD_REQUEST`` and raises ``_BadRequest`` (the connection closes)."""
+        try:
+            args = json.loads(raw or b"{}")
+        except (UnicodeDecodeError, ValueError) as error:
+            self._refuse(chan, op, f"arguments are not JSON ({error})")
+        if not isinstance(args, dict):
+            self._refuse(chan, op, f"arguments are a JSON {type(args).__name__}, not an object")
+        return args
+
+    def _serve_request(
+        self, chan: Channel, resources: ConnectionResources, op: int, buffer_id: int,
+        token: int, offset: int, length: int, args: dict[str, Any], payload: Payload | None,
     ) -> None:  # fmt: skip
-        args = self._args(conn, op, arg_len)
         region = self.regions.lookup(buffer_id, token)
         try:
             if op == Op.PING:
-                answer(conn, Status.OK, value=len(self.regions.regions))
+                answer(chan, Status.OK, value=len(self.regions.regions))
             elif op == Op.DROP:
                 self.regions.drop(buffer_id, token)
-                answer(conn, Status.OK)
+                answer(chan, Status.OK)
             elif op in (Op.FETCH_ADD, Op.COMPARE_SWAP):
                 if region is None:
                     raise RequestError(Status.DROPPED, dropped_message(buffer_id))
-                answer(conn, Status.OK, value=self._atomic(region, op, offset, args))
+                answer(chan, Status.OK, value=self._atomic(region, op, offset, args))
             else:
                 handler = _backends.owner_op(op)
                 if handler is None:
                     raise RequestError(
                         Status.BAD_REQUEST, f"unknown RDMA data-plane operation {op}"
                     )
-                request = OwnerRequest(op, buffer_id, offset, length, args, region, resources)
-                handler(conn, request)
+                request = OwnerRequest(
+                    op, buffer_id, offset, length, args, region, resources, payload
+                )
+                handler(chan, request)
         except RequestError as error:
-            answer(conn, error.status, str(error))
+            _discard(payload)  # the data follows the header regardless: keep in step
+            answer(chan, error.status, str(error))
         except (OSError, ConnectionError):
             raise
         except Exception as error:  # a backend failed on our side: tell the reader
-            log.exception("RDMA data-plane request %d failed", op)
-            answer(conn, Status.FAILED, f"{type(error).__name__}: {error}")
+            log.exception("RDMA data-plane request %d failed (peer %s)", op, chan.peer)
+            _discard(payload)
+            answer(chan, Status.FAILED, f"{type(error).__name__}: {error}")
+        else:
+            _discard(payload)  # a request that carried data its operation did not use
 
     def _atomic(self, region: Region, op: int, offset: int, args: dict[str, Any]) -> int:
         memory = region.memory
@@ -228,6 +300,47 @@ class DataServer:
             elif old == int(args["compare"]) & U64:
                 cell.value = int(args["swap"]) & U64
         return old
+
+
+def _linger(conn: socket.socket) -> None:
+    """Close after a last answer without losing it: stop sending, then read
+    and discard (never serve) what the peer still sends, until it closes or
+    ``LINGER`` seconds pass. A peer part-way through pipelined requests
+    thus finishes sending and reads the answer, where closing at once would
+    have it meet a reset instead."""
+    conn.shutdown(socket.SHUT_WR)
+    deadline = time.monotonic() + LINGER
+    scratch = bytearray(1 << 16)
+    while (left := deadline - time.monotonic()) > 0:
+        conn.settimeout(left)
+        if not conn.recv_into(scratch):
+            return
+
+
+def _discard(payload: Payload | None) -> None:
+    if payload is not None:
+        payload.discard()
+
+
+def _host(peer: Any) -> str:
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+
+
+def _peer_name(peer: Any) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return str(peer) or "an unknown peer"
+
+
+def _integrity_message(where: str, error: BaseException) -> str:
+    return (
+        f"the owner's RDMA data-plane server refused a request from {where} that failed its "
+        f"integrity check ({error}) and closed the connection; nothing of that request was "
+        "served. Something on the network path between the two hosts altered, injected, "
+        "replayed or dropped traffic (or the writer's memory changed while it was being sent: "
+        "keep a write's source unchanged until the transfer completes)"
+    )
 
 
 def check_bounds(region: Region, offset: int, length: int) -> None:

@@ -3,18 +3,24 @@
 Works between any two hosts that can open a TCP connection. A large
 transfer is cut into pieces spread over ``tcp_streams`` parallel
 connections; on each, every request is sent before the first answer is
-read (pipelined: one round trip per connection), and data is received
-straight into the destination memory and sent straight from the source
-memory (no copies in Python). CUDA memory is staged through host memory on
-either side.
+read (pipelined: one round trip per connection). On an unsealed connection
+(loopback, or integrity ``off``) data is received straight into the
+destination memory and sent straight from the source memory (no copies in
+Python). On a sealed one (see ``_wire``) nothing unchecked is used: the
+owner stages a write's data until its tag checks, then copies it into
+place, and sends a read from a snapshot (so the tag is over exactly the
+bytes sent, even while a write races the read); the reader receives a read
+in place and fails the transfer if its tag does not check. Pieces are then
+at most ``SEALED_PIECE``, so checking one overlaps the arrival of the next.
+CUDA memory is staged through host memory on either side.
 
 Owner side: the operations ``READ`` and ``WRITE`` of the data-plane server.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
-import socket
 
 import monarch_rdma._backends as _backends
 import monarch_rdma._control as _control
@@ -31,12 +37,18 @@ from ._regions import Region
 from ._server import check_bounds
 from ._wire import (
     ANSWER,
-    REQUEST,
+    COALESCE,
+    MAX_DATA,
+    Channel,
     RequestError,
     Status,
     answer,
+    integrity_mode,
     readonly_message,
-    recv_into_exact,
+    request_header,
+    staged_view,
+    staging,
+    tags_required,
 )
 
 __all__ = ["READ", "WRITE", "TcpBackend", "plan"]
@@ -44,8 +56,7 @@ __all__ = ["READ", "WRITE", "TcpBackend", "plan"]
 READ = 1  # data-plane operation: answer ``length`` bytes from ``offset``
 WRITE = 2  # data-plane operation: ``length`` bytes follow the header, stored at ``offset``
 MIN_PIECE = 1 << 20
-SMALL = 64 << 10  # a read this small is answered in one segment
-DRAIN = 1 << 20
+SEALED_PIECE = 4 << 20  # the most one piece carries on a sealed connection (a socket buffer)
 
 FALLBACK_MESSAGE = (
     "No ibverbs RDMA hardware detected. Falling back to TCP transport, which has "
@@ -79,28 +90,24 @@ def _stream(
 ) -> None:
     """Move ``pieces`` (offset, length; the same offset on both sides,
     counted from ``remote_offset`` remotely) over one connection."""
-    op = WRITE if write else READ
 
     def header(offset: int, length: int) -> bytes:
-        return REQUEST.pack(op, 0, handle.buffer_id, handle.token, remote_offset + offset, length)
+        op = WRITE if write else READ
+        return request_header(
+            op, handle.buffer_id, handle.token, remote_offset + offset, length, data=write
+        )
 
-    with _control.connection(handle, deadline) as sock:
+    with _control.connection(handle, deadline) as chan:
         if write:
             for offset, length in pieces:
-                if length <= MIN_PIECE:
-                    sock.sendall(header(offset, length) + local.view(offset, length))
-                else:
-                    sock.sendall(header(offset, length))
-                    _control.set_deadline(sock, deadline)
-                    sock.sendall(local.view(offset, length))
+                _control.set_deadline(chan, deadline)
+                chan.send([header(offset, length), b"", local.view(offset, length)])
             for _ in pieces:
-                _control.read_answer(sock, handle, deadline)
+                _control.read_answer(chan, handle, deadline)
         else:
-            sock.sendall(b"".join(header(offset, length) for offset, length in pieces))
+            chan.send(*([header(offset, length), b"", b""] for offset, length in pieces))
             for offset, length in pieces:
-                _control.read_answer(sock, handle, deadline)
-                _control.set_deadline(sock, deadline)
-                recv_into_exact(sock, local.view(offset, length))
+                _control.read_answer(chan, handle, deadline, local.view(offset, length))
 
 
 class TcpBackend:
@@ -128,7 +135,12 @@ class TcpBackend:
                 self.transfer(handle, host, remote_offset, nbytes, write, deadline)
             return
         config = get_config()
-        lanes = plan(nbytes, config.tcp_streams, config.chunk_bytes)
+        # Sealed, each piece is checked whole at the other end before it is used:
+        # smaller pieces let that check (and the owner's copy out of staging)
+        # run while the next piece arrives.
+        sealed = tags_required(integrity_mode(), handle.owner.server[0])
+        chunk = min(config.chunk_bytes, SEALED_PIECE if sealed else MAX_DATA)
+        lanes = plan(nbytes, config.tcp_streams, chunk)
         _parallel.run_all(
             [
                 functools.partial(_stream, handle, local, remote_offset, lane, write, deadline)
@@ -140,23 +152,33 @@ class TcpBackend:
 # -- the owner's side -----------------------------------------------------------------------
 
 
-def _serve_read(conn: socket.socket, request: OwnerRequest) -> None:
+def _serve_read(chan: Channel, request: OwnerRequest) -> None:
     region = request.registered()
     offset, length = request.offset, request.length
     check_bounds(region, offset, length)
     memory = region.memory
+    header = ANSWER.pack(Status.OK, 0, 0)
     if memory.is_cuda:
-        staging, view = to_host(memory, offset, length)
-        conn.sendall(ANSWER.pack(Status.OK, 0, 0))
-        conn.sendall(view)
-        del staging
+        copy, view = to_host(memory, offset, length)
+        chan.send([header, view])
+        del copy
         return
     view = host_view(memory.addr + offset, length)
-    if length <= SMALL:  # one segment for a small read
-        conn.sendall(ANSWER.pack(Status.OK, 0, 0) + bytes(view))
+    if not chan.sealed or length == 0:
+        chan.send([header, view])  # straight from the registered memory
         return
-    conn.sendall(ANSWER.pack(Status.OK, 0, 0))
-    conn.sendall(view)
+    # A snapshot first: the tag and the bytes sent must be the same bytes, and
+    # the memory may change meanwhile (a write racing this read, which may see
+    # either, but must not fail its check for it).
+    if length < COALESCE:
+        chan.send([header, bytes(view)])
+        return
+    buf = staging.take(length)
+    try:
+        ctypes.memmove(ctypes.addressof(buf), memory.addr + offset, length)
+        chan.send([header, staged_view(buf, length)])
+    finally:
+        staging.give(buf)
 
 
 def _writable(request: OwnerRequest) -> Region:
@@ -167,26 +189,17 @@ def _writable(request: OwnerRequest) -> Region:
     return region
 
 
-def _serve_write(conn: socket.socket, request: OwnerRequest) -> None:
-    offset, length = request.offset, request.length
-    try:
-        region = _writable(request)
-    except RequestError:
-        scratch = memoryview(bytearray(min(length, DRAIN) or 1))
-        left = length
-        while left:  # keep the stream in step: the data follows the header regardless
-            n = min(left, len(scratch))
-            recv_into_exact(conn, scratch[:n])
-            left -= n
-        raise
+def _serve_write(chan: Channel, request: OwnerRequest) -> None:
+    data = request.payload
+    if data is None or data.nbytes != request.length:
+        raise RequestError(Status.BAD_REQUEST, "a tcp write request must carry its data")
+    region = _writable(request)  # refused: the server discards the data
     memory = region.memory
     if memory.is_cuda:
-        staging = bytearray(length)
-        recv_into_exact(conn, memoryview(staging))
-        from_host(memory, offset, memoryview(staging))
+        from_host(memory, request.offset, data.host())
     else:
-        recv_into_exact(conn, host_view(memory.addr + offset, length))
-    answer(conn, Status.OK)
+        data.store(memory.addr + request.offset)  # sealed: its tag has checked already
+    answer(chan, Status.OK)
 
 
 # -- registration ---------------------------------------------------------------------------

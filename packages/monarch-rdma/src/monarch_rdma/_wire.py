@@ -1,19 +1,36 @@
-"""The data-plane wire format and its authentication.
+"""The data-plane wire format, its authentication and its integrity.
 
 A connection starts with an HMAC challenge-response on the job's secret (the
 same secret the actor transport uses, ``$MONARCH_JOB_SECRET``), so nothing of
 an unauthenticated peer is acted upon:
 
-    client -> MAGIC, client nonce
-    server -> server nonce, HMAC(secret, "server" | client nonce | server nonce)
-    client -> HMAC(secret, "client" | server nonce | client nonce)
+    client -> MAGIC, client nonce                                  (the hello)
+    server -> server nonce, flags,
+              HMAC(secret, "server" | client nonce | server nonce | flags)
+    client -> flags, HMAC(secret, "client" | server nonce | client nonce | flags)
     server -> OK (one byte), or it closes
 
+Each side's flags say whether it demands that every message after the
+handshake be sealed (``SEAL``); the connection is sealed when either side
+demands it. The flags are inside the proofs, so a relay that does not know
+the secret cannot strip the demand: the proof would fail.
+
 Then requests, answered in order. Every request is one fixed header
-(``REQUEST``), followed by ``arg_len`` bytes of JSON arguments and, for a
-write, ``length`` bytes of data. Every answer is one fixed header
-(``ANSWER``); status 0 is followed by the data of a read or ``msg_len``
-bytes of JSON, any other status by ``msg_len`` bytes of error text.
+(``REQUEST``), followed by ``arg_len`` bytes of JSON arguments and, when its
+flags say ``DATA`` (a write), ``length`` bytes of data. Every answer is one
+fixed header (``ANSWER``); status 0 is followed by the data of a read or
+``msg_len`` bytes of JSON, any other status by ``msg_len`` bytes of error
+text.
+
+On a sealed connection every request and every answer ends with a 16-byte
+tag over all its parts (the frames header, arguments, data for a request;
+header, body for an answer) and an implicit sequence number of its
+direction (``monarch_transport.Sealer``/``Opener``), under keys derived from
+the secret and both sides' handshake messages, one per direction. A request
+whose tag fails is not served: the server answers ``INTEGRITY`` and closes.
+An answer whose tag fails fails the transfer. Whether a side demands tags
+follows the transport's setting, ``$MONARCH_TRANSPORT_INTEGRITY``, with the
+same meaning (``auto``: everywhere but loopback; ``always``; ``off``).
 
 The operations the server itself serves are in :class:`Op`; each backend
 adds its own (a code of its own, registered with the backend).
@@ -21,45 +38,84 @@ adds its own (a code of its own, registered with the backend).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import ctypes
 import hashlib
 import hmac
+import ipaddress
 import json
 import os
 import socket
 import struct
+import threading
 import time
+from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
 
-from monarch_transport import job_secret
+from monarch_transport import Opener, Sealer, derive_key, job_secret
+
+from ._memory import host_view
 
 __all__ = [
     "ANSWER",
+    "COALESCE",
+    "DATA",
+    "INTEGRITY_ENV",
     "MAGIC",
+    "MAX_ANSWER",
+    "MAX_ARGS",
+    "MAX_DATA",
     "REQUEST",
+    "TAG",
+    "Channel",
     "Op",
+    "Payload",
     "RequestError",
+    "Staging",
     "Status",
     "answer",
     "answer_json",
     "client_handshake",
     "dropped_message",
+    "integrity_mode",
     "readonly_message",
     "recv_exact",
     "recv_into_exact",
+    "request_header",
     "server_handshake",
+    "staged_view",
+    "staging",
+    "tags_required",
     "tune",
 ]
 
-MAGIC = b"MRDMA\x00\x01\x00"
+MAGIC = b"MRDMA\x00\x02\x00"
 NONCE = 16
 MAC = hashlib.sha256().digest_size
-REQUEST = struct.Struct("<BxxxIQQQQ")  # op, arg_len, buffer_id, token, offset, length
+SEAL = 0x01  # handshake flag: this side demands sealed messages
+TAG = 16  # bytes of a sealed message's tag
+REQUEST = struct.Struct("<BBxxIQQQQ")  # op, flags, arg_len, buffer_id, token, offset, length
+DATA = 0x01  # request flag: ``length`` bytes of data follow the arguments
 ANSWER = struct.Struct("<BxxxIQ")  # status, msg_len, value
 MAX_ARGS = 1 << 20
-
+MAX_ANSWER = 1 << 20  # longest JSON or error text an answer may carry
+MAX_DATA = 64 << 20  # longest data one request may carry (a sealed one is staged whole)
+INTEGRITY_ENV = "MONARCH_TRANSPORT_INTEGRITY"  # the transport's setting: one policy for both
+MODES = ("always", "auto", "off")
 
 SOCKET_BUFFER = 4 << 20
+COALESCE = 64 << 10  # frames under this size are sent together in one call
+OVERLAP = 1 << 20  # messages from this size are tagged in another thread while they are sent
+IDLE_STAGING = 256 << 20  # staging memory kept for reuse, at most
+
+
+class _Kind:
+    """The kind each tag is computed with: a request's tag never checks as an answer's."""
+
+    REQUEST = 1
+    ANSWER = 2
 
 
 class Op:
@@ -79,6 +135,7 @@ class Status:
     BAD_REQUEST = 3
     FAILED = 4
     READONLY = 5
+    INTEGRITY = 6  # the request failed its integrity check: not served, the server closes
 
 
 class RequestError(Exception):
@@ -103,6 +160,20 @@ def readonly_message(buffer_id: int) -> str:
     )
 
 
+def request_header(
+    op: int,
+    buffer_id: int,
+    token: int,
+    offset: int = 0,
+    length: int = 0,
+    arg_len: int = 0,
+    data: bool = False,
+) -> bytes:
+    """A request's fixed header; ``data``: ``length`` bytes of data follow."""
+    flags = DATA if data else 0
+    return REQUEST.pack(op, flags, arg_len, buffer_id, token, offset, length)
+
+
 def tune(sock: socket.socket) -> None:
     """Socket options of every data-plane connection, both sides."""
     with contextlib.suppress(OSError):
@@ -112,20 +183,59 @@ def tune(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
 
 
-def answer(sock: socket.socket, status: int, message: str = "", value: int = 0) -> None:
-    """Send one answer: a status, an integer value and an optional text."""
-    text = message.encode()
-    sock.sendall(ANSWER.pack(status, len(text), value) + text)
+# -- when messages are sealed ---------------------------------------------------------------
 
 
-def answer_json(sock: socket.socket, payload: dict[str, Any]) -> None:
-    """Send a successful answer that carries JSON."""
-    text = json.dumps(payload).encode()
-    sock.sendall(ANSWER.pack(Status.OK, len(text), 0) + text)
+def integrity_mode() -> str:
+    """``$MONARCH_TRANSPORT_INTEGRITY`` (``always``, ``auto`` or ``off``;
+    ``auto`` when unset): the actor transport's setting, read the same way."""
+    mode = os.environ.get(INTEGRITY_ENV, "auto")
+    if mode not in MODES:
+        raise ValueError(f"{INTEGRITY_ENV} must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
 
 
-def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
-    return hmac.new(secret, role + first + second, hashlib.sha256).digest()
+def tags_required(mode: str, host: str) -> bool:
+    """Whether ``mode`` demands sealed messages on a connection with ``host``
+    (the peer's address on the server, the server's on the client). As in the
+    transport, ``auto`` spares loopback only: there, only processes of this
+    host are on the path (docs/concepts/security.md)."""
+    if mode == "always":
+        return True
+    if mode == "off":
+        return False
+    return not _is_loopback(host)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]").partition("%")[0])
+    except ValueError:
+        return False  # a name: it may resolve anywhere
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+# -- one connection -------------------------------------------------------------------------
+
+Buffer = bytes | bytearray | memoryview
+
+_tagging_lock = threading.Lock()
+_tagging: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _tagger() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads that compute a large message's tag while it is being sent
+    (the MAC lets go of the GIL). They never wait for anything else."""
+    global _tagging
+    with _tagging_lock:
+        if _tagging is None:
+            _tagging = concurrent.futures.ThreadPoolExecutor(
+                max_workers=8, thread_name_prefix="monarch-rdma-tag"
+            )
+        return _tagging
 
 
 def recv_into_exact(sock: socket.socket, view: memoryview) -> None:
@@ -146,21 +256,267 @@ def recv_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-def client_handshake(sock: socket.socket) -> None:
-    """Prove we know the job's secret and check that the server does too."""
-    secret = job_secret()
-    nonce = os.urandom(NONCE)
-    sock.sendall(MAGIC + nonce)
-    reply = recv_exact(sock, NONCE + MAC)
-    server_nonce, proof = reply[:NONCE], reply[NONCE:]
-    if not hmac.compare_digest(proof, _mac(secret, b"server", nonce, server_nonce)):
-        raise PermissionError(
-            "the RDMA data-plane server does not know this job's secret "
-            "(is the buffer from another job?)"
+class Channel:
+    """One authenticated data-plane connection: its socket and, when the
+    handshake sealed it, the sealer of what this side sends and the opener
+    of what it receives. A message is sent whole with :meth:`send`; one is
+    received part by part (:meth:`receive`, :meth:`receive_into`), then
+    :meth:`verify` reads its tag and checks it over the parts as received,
+    raising ``monarch_transport.IntegrityError`` on a mismatch."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        peer: str,
+        sealer: Sealer | None = None,
+        opener: Opener | None = None,
+        *,
+        server: bool = False,
+    ) -> None:
+        self.sock = sock
+        self.peer = peer  # host:port, for messages
+        self._sealer = sealer
+        self._opener = opener
+        self._send_kind, self._receive_kind = (
+            (_Kind.ANSWER, _Kind.REQUEST) if server else (_Kind.REQUEST, _Kind.ANSWER)
         )
-    sock.sendall(_mac(secret, b"client", server_nonce, nonce))
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealer is not None
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.sock.settimeout(timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Channel:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def send(self, *messages: Sequence[Buffer]) -> None:
+        """Send ``messages`` (each a sequence of frames), each followed by
+        its tag when sealed. Small frames go out together; a large frame is
+        sent from where it lies, its message's tag computed meanwhile in
+        another thread. The frames must not change until this returns."""
+        pending: list[Buffer] = []
+        for frames in messages:
+            sealer = self._sealer
+            large = sealer is not None and sum(memoryview(f).nbytes for f in frames) >= OVERLAP
+            if sealer is None or not large:
+                tag = sealer.seal(self._send_kind, frames) if sealer is not None else b""
+                self._frames(frames, pending)
+                pending.append(tag)
+                continue
+            seq = sealer.reserve()
+            tagging = _tagger().submit(sealer.tag, seq, self._send_kind, frames)
+            try:
+                self._frames(frames, pending)
+            finally:
+                tag = tagging.result()  # also on failure: the frames are read until then
+            pending.append(tag)
+        self._flush(pending)
+
+    def _frames(self, frames: Sequence[Buffer], pending: list[Buffer]) -> None:
+        for frame in frames:
+            if memoryview(frame).nbytes < COALESCE:
+                pending.append(frame)
+            else:
+                self._flush(pending)
+                self.sock.sendall(frame)
+
+    def _flush(self, pending: list[Buffer]) -> None:
+        if pending:
+            data = b"".join(pending)
+            pending.clear()
+            if data:
+                self.sock.sendall(data)
+
+    def receive_into(self, view: memoryview) -> None:
+        recv_into_exact(self.sock, view)
+
+    def receive(self, size: int) -> bytes:
+        return recv_exact(self.sock, size) if size else b""
+
+    def verify(self, frames: Sequence[Buffer]) -> None:
+        """Read the tag that ends the message just received as ``frames``
+        and check it (nothing on an unsealed connection)."""
+        if self._opener is not None:
+            tag = recv_exact(self.sock, TAG)
+            self._opener.check(self._receive_kind, frames, tag)
+
+
+def answer(chan: Channel, status: int, message: str = "", value: int = 0) -> None:
+    """Send one answer: a status, an integer value and an optional text."""
+    text = message.encode()
+    chan.send([ANSWER.pack(status, len(text), value), text])
+
+
+def answer_json(chan: Channel, payload: dict[str, Any]) -> None:
+    """Send a successful answer that carries JSON."""
+    text = json.dumps(payload).encode()
+    chan.send([ANSWER.pack(Status.OK, len(text), 0), text])
+
+
+# -- staged data ----------------------------------------------------------------------------
+
+
+class Staging:
+    """Host memory for data that must be whole before it is used: a sealed
+    write's data until its tag checks, a sealed read's snapshot. Buffers are
+    kept for reuse (a fresh one costs a page fault every 4 KiB on first
+    touch), up to ``IDLE_STAGING`` bytes of them."""
+
+    def __init__(self, idle: int = IDLE_STAGING) -> None:
+        self._limit = idle
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every buffer (a forked child: the lock may have been held)."""
+        self._lock = threading.Lock()
+        self._idle: list[ctypes.Array[ctypes.c_char]] = []
+
+    def take(self, size: int) -> ctypes.Array[ctypes.c_char]:
+        """A buffer of at least ``size`` bytes (give it back when done)."""
+        with self._lock:
+            fits = [buf for buf in self._idle if len(buf) >= size]
+            if fits:
+                buf = min(fits, key=len)
+                self._idle.remove(buf)
+                return buf
+        return (ctypes.c_char * max(size, 1))()
+
+    def give(self, buf: ctypes.Array[ctypes.c_char]) -> None:
+        with self._lock:
+            self._idle.append(buf)
+            self._idle.sort(key=len)
+            while sum(len(b) for b in self._idle) > self._limit:
+                self._idle.pop()  # the largest goes first
+
+
+staging = Staging()
+
+
+def staged_view(buf: ctypes.Array[ctypes.c_char], size: int) -> memoryview:
+    return host_view(ctypes.addressof(buf), size)
+
+
+class Payload:
+    """The data of a request flagged ``DATA`` (a write), as its handler
+    finds it: on a sealed connection already received into staging memory
+    and checked (nothing of a message is served before its tag checks); on
+    an unsealed one still on the socket, received straight into the memory
+    it is stored in. A handler uses it once, or not at all: the server
+    discards what is left, so the connection stays in step."""
+
+    def __init__(self, chan: Channel, nbytes: int, staged: memoryview | None = None) -> None:
+        self.chan = chan
+        self.nbytes = nbytes
+        self._staged = staged
+        self._used = False
+
+    def store(self, addr: int) -> None:
+        """Put the data into host memory at ``addr``."""
+        self._use()
+        if self._staged is None:
+            self.chan.receive_into(host_view(addr, self.nbytes))
+        elif self.nbytes:  # memmove lets go of the GIL: other connections copy meanwhile
+            ctypes.memmove(addr, _address(self._staged), self.nbytes)
+
+    def host(self) -> memoryview:
+        """The data, in host memory (to copy elsewhere: device memory)."""
+        self._use()
+        if self._staged is not None:
+            return self._staged
+        data = memoryview(bytearray(self.nbytes))
+        self.chan.receive_into(data)
+        return data
+
+    def discard(self) -> None:
+        """Drop the data unused (idempotent; a no-op once used)."""
+        if self._used:
+            return
+        self._used = True
+        if self._staged is not None:
+            return
+        scratch = memoryview(bytearray(min(self.nbytes, 1 << 20) or 1))
+        left = self.nbytes
+        while left:
+            n = min(left, len(scratch))
+            self.chan.receive_into(scratch[:n])
+            left -= n
+
+    def _use(self) -> None:
+        if self._used:
+            raise RuntimeError("a request's data was used twice")
+        self._used = True
+
+
+def _address(view: memoryview) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
+# -- the handshake --------------------------------------------------------------------------
+
+
+def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(secret, role + first + second, hashlib.sha256).digest()
+
+
+def _channel(
+    sock: socket.socket, peer: str, secret: bytes, hello: bytes, server_nonce: bytes,
+    sealed: bool, server: bool,
+) -> Channel:  # fmt: skip
+    if not sealed:
+        return Channel(sock, peer, server=server)
+    requests = derive_key(secret, hello, server_nonce, label=b"rdma requests")
+    answers = derive_key(secret, hello, server_nonce, label=b"rdma answers")
+    if server:
+        return Channel(sock, peer, Sealer(answers), Opener(requests), server=True)
+    return Channel(sock, peer, Sealer(requests), Opener(answers))
+
+
+def _peer_name(sock: socket.socket) -> str:
+    try:
+        address = sock.getpeername()
+    except OSError:
+        return "an unknown peer"
+    if isinstance(address, tuple):
+        host = str(address[0])
+        return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+    return str(address)
+
+
+def client_handshake(sock: socket.socket, host: str) -> Channel:
+    """Prove we know the job's secret, check that the server does too, and
+    agree on sealing (``host``: the server's address, for the policy)."""
+    secret = job_secret()
+    demand = SEAL if tags_required(integrity_mode(), host) else 0
+    nonce = os.urandom(NONCE)
+    hello = MAGIC + nonce
+    sock.sendall(hello)
+    reply = recv_exact(sock, NONCE + 1 + MAC)
+    server_nonce, server_flags, proof = reply[:NONCE], reply[NONCE : NONCE + 1], reply[NONCE + 1 :]
+    if not hmac.compare_digest(proof, _mac(secret, b"server", nonce, server_nonce + server_flags)):
+        raise PermissionError(
+            f"the RDMA data-plane server at {_peer_name(sock)} could not prove it knows this "
+            "job's secret, or its reply was altered on the way (is the buffer from another "
+            "job? is something on the network path rewriting traffic?)"
+        )
+    flags = bytes([demand])
+    sock.sendall(flags + _mac(secret, b"client", server_nonce, nonce + flags))
     if recv_exact(sock, 1) != b"\x01":
         raise PermissionError("the RDMA data-plane server refused our proof")
+    sealed = bool((server_flags[0] | demand) & SEAL)
+    return _channel(sock, _peer_name(sock), secret, hello, server_nonce, sealed, server=False)
 
 
 def _recv_by(sock: socket.socket, size: int, deadline: float) -> bytes:
@@ -182,18 +538,33 @@ def _recv_by(sock: socket.socket, size: int, deadline: float) -> bytes:
     return bytes(data)
 
 
-def server_handshake(sock: socket.socket, deadline: float) -> None:
+def server_handshake(sock: socket.socket, deadline: float, peer_host: str) -> Channel:
     """The server's side, complete by ``deadline`` (``time.monotonic()``)
     whatever the peer's pace; ``PermissionError`` for a peer without the
-    secret, ``TimeoutError`` for one too slow."""
+    secret, ``TimeoutError`` for one too slow. ``peer_host``: the peer's
+    address, for the policy."""
     secret = job_secret()
+    demand = SEAL if tags_required(integrity_mode(), peer_host) else 0
     hello = _recv_by(sock, len(MAGIC) + NONCE, deadline)
     if hello[: len(MAGIC)] != MAGIC:
-        raise PermissionError("not an RDMA data-plane client")
+        raise PermissionError("not an RDMA data-plane client (or one of another version)")
     client_nonce = hello[len(MAGIC) :]
     nonce = os.urandom(NONCE)
-    sock.sendall(nonce + _mac(secret, b"server", client_nonce, nonce))
-    proof = _recv_by(sock, MAC, deadline)
-    if not hmac.compare_digest(proof, _mac(secret, b"client", nonce, client_nonce)):
+    flags = bytes([demand])
+    sock.sendall(nonce + flags + _mac(secret, b"server", client_nonce, nonce + flags))
+    reply = _recv_by(sock, 1 + MAC, deadline)
+    client_flags, proof = reply[:1], reply[1:]
+    if not hmac.compare_digest(proof, _mac(secret, b"client", nonce, client_nonce + client_flags)):
         raise PermissionError("peer does not know this job's secret")
     sock.sendall(b"\x01")
+    sealed = bool((client_flags[0] | demand) & SEAL)
+    return _channel(sock, _peer_name(sock), secret, hello, nonce, sealed, server=True)
+
+
+def _after_fork() -> None:
+    global _tagging
+    _tagging = None  # the parent's threads do not exist in a forked child
+    staging.reset()
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -70,6 +70,10 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
             return seconds
 
     workers = args.workers.split(",")
+    if args.listen:  # Monarch's client listens on Unix sockets unless told
+        from monarch.actor import enable_transport
+
+        enable_transport(args.listen)
     results: dict[str, Any] = {}
     start = time.perf_counter()
     hosts = attach_to_workers(workers=workers, ca="trust_all_connections")
@@ -120,6 +124,9 @@ def main() -> None:
     parser.add_argument("--impl", choices=["ours", "monarch"], required=True)
     parser.add_argument("--workers", required=True, help="comma-separated worker addresses")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test)")
+    parser.add_argument(
+        "--listen", help="where this controller listens, for enable_transport (tcp://IP:0)"
+    )
     args = parser.parse_args()
     print(json.dumps(workload(args)))
 

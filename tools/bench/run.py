@@ -5,6 +5,7 @@ ratios into docs/benchmarks.md.
     hatch run bench mesh --write    # ... and update docs/benchmarks.md
     hatch run bench actor --write   # actors: ours, Monarch and Ray; draws the plot
     hatch run bench rdma --write    # RDMA buffers: ours (same host, tcp), Monarch, memcpy
+    hatch run bench hosts --write   # 3 hosts in network namespaces: ours and Monarch (root)
 
 torchmonarch is installed into a virtual environment of its own (its module
 name clashes with ours), created on first use under .bench-venvs/; so is Ray
@@ -369,7 +370,106 @@ def rdma(args: argparse.Namespace) -> str:
     )
 
 
-SUITES = {"mesh": mesh, "transport": transport, "actor": actor, "rdma": rdma}
+HOSTS_ROWS: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...] = (
+    ("attach", "attach to 3 workers", "time", "", None),
+    ("spawn", "spawn 3 x 2 procs + actors, first call to all back", "time", "", None),
+    ("call_one", "call_one round trip, actor on another host", "time", "", ("≤", 0.25)),
+    ("call_all", "call to 6 actors on 3 hosts and gather", "time", "", ("≤", 0.25)),
+    ("broadcast", "broadcast to 6 actors on 3 hosts", "rate", "broadcasts/s", ("≥", 3.0)),
+    ("rdma_64m", "RDMA read of 64 MiB between hosts", "rate", "GB/s", None),
+)
+
+
+def hosts(args: argparse.Namespace) -> str:
+    """3 hosts x 2 procs, each host and the controller in a network
+    namespace of its own (tools/netns_hosts.py; needs root)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import netns_hosts
+
+    reason = netns_hosts.available()
+    if reason:
+        raise SystemExit(f"the hosts suite needs network namespaces: {reason}")
+    began = time.perf_counter()
+    worker = (
+        "import sys; from monarch.actor import run_worker_loop_forever as run; "
+        "run(address=sys.argv[1], ca='trust_all_connections')"
+    )
+    pythons = {"ours": Path(sys.executable), "Monarch 0.7.0": monarch_python(args.monarch_python)}
+    results: dict[str, dict[str, Any]] = {}
+    for label, python in pythons.items():
+        impl = "ours" if label == "ours" else "monarch"
+        env = {**os.environ, "PYTHONPATH": "", "MONARCH_RDMA_BACKEND": "tcp"}
+        env.setdefault("MONARCH_JOB_SECRET", os.urandom(32).hex())
+        with netns_hosts.hosts(3) as h:
+            names = ["h0", "h1", "h2"]
+            addresses = [f"tcp://{h.ip(name)}:26600" for name in names]
+            for name, address in zip(names, addresses, strict=True):
+                h.popen(name, [str(python), "-c", worker, address], env=env)
+            bench = [str(BENCH / "hosts_bench.py"), "--impl", impl]
+            bench += ["--workers", ",".join(addresses)]
+            if impl == "monarch":  # ours finds the interface that routes to the workers itself
+                bench += ["--listen", f"tcp://{h.ip('ctl')}:0"]
+            console.print(f"running hosts_bench.py for {label} ...")
+            done = h.run(
+                "ctl", [str(python), *bench], env=env, capture_output=True, text=True, timeout=600
+            )
+            lines = done.stdout.strip().splitlines()
+            if done.returncode == 0 and lines:
+                results[label] = json.loads(lines[-1])
+            else:
+                console.print(
+                    f"[red]{label} failed[/]:\n" + "\n".join(done.stderr.splitlines()[-25:])
+                )
+                results[label] = {}
+    ours, theirs = results["ours"], results["Monarch 0.7.0"]
+    header = ("measure", "ours", "Monarch 0.7.0", "ours / Monarch", "target", "met?")
+    table = Table(title="across hosts: 3 network-namespace hosts x 2 procs, ours and Monarch 0.7.0")
+    for column in header:
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, name, kind, unit, target in HOSTS_ROWS:
+        ratio, goal, verdict = "—", "—", "—"
+        if target:
+            goal = f"{target[0]} {target[1]:g}× {kind}"
+        if key in ours and key in theirs:
+            value = ours[key] / theirs[key]
+            ratio = f"{value:.2f}× {kind}"
+            if target:
+                met = value <= target[1] if target[0] == "≤" else value >= target[1]
+                verdict = "**met**" if met else "missed"
+        cells = [name]
+        for result in (ours, theirs):
+            if key not in result:
+                cells.append("failed" if not result else "n/a")
+            else:
+                cells.append(duration(result[key]) if kind == "time" else rate(result[key], unit))
+        cells += [ratio, goal]
+        table.add_row(*cells, verdict)
+        rows.append("| " + " | ".join((*cells, verdict)) + " |")
+    Console().print(table)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    took = time.perf_counter() - began
+    return "\n".join(
+        [
+            f"Measured on {machine}, against Monarch 0.7.0, in {took / 60:.1f} minutes: three "
+            "hosts and the controller each in a Linux network namespace of its own, joined by "
+            "a bridge (every message crosses a veth pair; ours carries integrity tags, as "
+            "between real hosts), a worker per host, two procs per host. Round trips are "
+            "medians of 1,000 (300 for the call to all); RDMA is the TCP data plane on both "
+            "sides (ours forced to it: in namespaces on one kernel, CMA would also work).",
+            "",
+            *rows,
+        ]
+    )
+
+
+SUITES = {
+    "mesh": mesh,
+    "transport": transport,
+    "actor": actor,
+    "rdma": rdma,
+    "hosts": hosts,
+}
 
 
 def write_section(name: str, body: str) -> None:

@@ -132,6 +132,10 @@ class JobTrait(ABC):
     def _kill(self) -> None:
         """End the job on the scheduler."""
 
+    def _check_killable(self) -> None:
+        """Raise (before anything is shut down) if this job cannot be ended."""
+        return None
+
     def _hosts_shut_down(self) -> None:
         """Called before ``_kill`` when ``kill()`` shut down hosts this process
         had attached to: their workers are exiting on their own."""
@@ -227,6 +231,9 @@ class JobTrait(ABC):
         """End the job (its workers exit, its allocation is released). Host
         meshes this process got from ``state()`` are shut down first, so that
         their procs stop in order instead of failing as lost."""
+        running = self._running
+        if running is not None:
+            running._check_killable()
         attached, self._attached = self._attached, []
         shut_down = False
         for hosts in attached:
@@ -237,7 +244,6 @@ class JobTrait(ABC):
                 shut_down = True
             except Exception as error:
                 log.info("shutting down %r before killing the job: %s", hosts, error)
-        running = self._running
         if running is not None:
             if shut_down:
                 running._hosts_shut_down()

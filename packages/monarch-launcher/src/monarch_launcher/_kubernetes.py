@@ -414,13 +414,16 @@ class KubernetesJob(JobTrait):
             return False
         return True
 
-    def _kill(self) -> None:
-        provisioned = [name for name, mesh in self._meshes.items() if mesh["provisioned"]]
-        if not provisioned:
+    def _check_killable(self) -> None:
+        if not any(mesh["provisioned"] for mesh in self._meshes.values()):
             raise NotImplementedError(
                 "KubernetesJob cannot end pods it did not create (every mesh is attach-only): "
                 "delete them the way they were made"
             )
+
+    def _kill(self) -> None:
+        self._check_killable()
+        provisioned = [name for name, mesh in self._meshes.items() if mesh["provisioned"]]
         k8s, core, apps = self._apis()
         for name in provisioned:
             for kind, delete, object_name in (
@@ -456,7 +459,9 @@ def _secret_name(name: str) -> str:
 def worker_pod_template(image_spec: ImageSpec, port: int) -> dict[str, Any]:
     """The pod template of a mesh provisioned from ``image_spec``: one
     container running ``python -m monarch_launcher worker`` at
-    ``tcp://$(POD_IP):port``, Ready once that port accepts connections."""
+    ``tcp://$(POD_IP):port``. No readiness probe: a probe's bare connection
+    would be logged by the worker as an unauthenticated peer every period;
+    the controller's attach retries until the worker listens instead."""
     container: dict[str, Any] = {
         "name": "worker",
         "image": image_spec.image,
@@ -474,7 +479,6 @@ def worker_pod_template(image_spec: ImageSpec, port: int) -> dict[str, Any]:
             {"name": "MONARCH_PORT", "value": str(port)},
         ],
         "ports": [{"name": "monarch", "containerPort": port, "protocol": "TCP"}],
-        "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 2},
     }
     if image_spec.resources is not None:
         amounts = {str(k): str(v) for k, v in image_spec.resources.items()}

@@ -2,7 +2,8 @@
 job for every mesh (one allocation of as many nodes as the meshes have in
 all, as Monarch does); its script runs one worker per node with ``srun``; the
 controller waits for the allocation to run, learns its nodes, gives each
-mesh its share in node-list order and attaches to ``tcp://NODE:PORT``."""
+mesh its share in node-list order and attaches to each node's worker at
+``tcp://NODEADDR:PORT`` (the node's address as Slurm reaches it)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,13 @@ from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait
 from ._process import check_meshes
 from ._secret import SECRET_ENV, SECRET_FILE_ENV, adopt_secret, current_secret, secret_for_workers
 
-__all__ = ["SlurmJob", "TERMINAL_STATES"]
+__all__ = [
+    "SlurmJob",
+    "TERMINAL_STATES",
+    "node_addresses",
+    "slurm_worker_address",
+    "slurm_worker_addresses",
+]
 
 log = logging.getLogger("monarch.launcher.slurm")
 
@@ -58,14 +65,75 @@ def _run(
     return subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, check=False)
 
 
+def expand_nodelist(nodelist: str) -> list[str]:
+    """The node names of a Slurm node list such as ``n[0-3],gpu7``."""
+    done = _run(["scontrol", "show", "hostnames", nodelist], what="SlurmJob")
+    if done.returncode != 0:
+        raise JobError(f"scontrol could not expand the node list {nodelist!r}: {done.stderr}")
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+
+def node_addresses(nodes: Sequence[str]) -> dict[str, str]:
+    """Each node's address as Slurm reaches it (NodeAddr, from one ``scontrol
+    show node`` call); a node Slurm does not describe keeps its name."""
+    if not nodes:
+        return {}
+    done = _run(["scontrol", "show", "node", "-o", ",".join(nodes)], what="SlurmJob")
+    found: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if "NodeName" in fields and fields.get("NodeAddr"):
+            found[fields["NodeName"]] = fields["NodeAddr"]
+    if done.returncode != 0:
+        log.warning("scontrol show node failed (%s): dialing nodes by name", done.stderr.strip())
+    return {node: found.get(node, node) for node in nodes}
+
+
+def slurm_worker_addresses(nodes: Sequence[str], addresses: dict[str, str], port: int) -> list[str]:
+    """Where each node's worker serves: ``tcp://NODEADDR:port``. Nodes that
+    share an address (several Slurm nodes on one machine, as in a test
+    cluster) take the next ports in node order, so their workers do not
+    collide; on a real cluster every node has its own address and ``port``."""
+    seen: dict[str, int] = {}
+    result = []
+    for node in nodes:
+        host = addresses.get(node, node)
+        offset = seen.get(host, 0)
+        seen[host] = offset + 1
+        shown = f"[{host}]" if ":" in host else host
+        result.append(f"tcp://{shown}:{port + offset}")
+    return result
+
+
+def slurm_worker_address(port: int, bind: str | None = None) -> str:
+    """This Slurm task's worker address (``monarch worker --slurm-port``):
+    its node's entry of ``slurm_worker_addresses`` for the job's node list,
+    listening on ``bind`` (an interface such as ``0.0.0.0``) if given."""
+    try:
+        nodelist = os.environ["SLURM_JOB_NODELIST"]
+        me = os.environ["SLURMD_NODENAME"]
+    except KeyError as missing:
+        raise JobError(
+            f"--slurm-port works only in a Slurm job step (srun): {missing.args[0]} is not set"
+        ) from None
+    nodes = expand_nodelist(nodelist)
+    if me not in nodes:
+        raise JobError(f"this node {me!r} is not in the job's node list {nodelist!r}")
+    dial = slurm_worker_addresses(nodes, node_addresses(nodes), port)[nodes.index(me)]
+    if bind is None:
+        return dial
+    return f"{dial}@tcp://{bind}:{dial.rsplit(':', 1)[1]}"
+
+
 class SlurmJob(JobTrait):
     """A job whose hosts are the nodes of one Slurm allocation.
 
     ``SlurmJob({"trainers": 4, "dataloaders": 1})`` asks for 5 nodes; each
-    runs ``python -m monarch_launcher worker`` at ``tcp://NODE:monarch_port``
-    (NODE being the node's Slurm name, which must resolve on the nodes and on
-    the controller's machine). The workers get the job secret through the
-    environment ``sbatch`` passes on (``--export=ALL``, Slurm's default).
+    runs ``python -m monarch_launcher worker --slurm-port monarch_port``,
+    serving at ``tcp://NODEADDR:monarch_port`` (the node's address as Slurm
+    reaches it; Slurm nodes that share one machine take consecutive ports).
+    The workers get the job secret through the environment ``sbatch``
+    passes on (``--export=ALL``, Slurm's default).
     """
 
     def __init__(
@@ -179,9 +247,11 @@ class SlurmJob(JobTrait):
             return self._slurm_job_id
         return os.environ.get("SLURM_JOB_ID") if self._batch and _in_batch() else None
 
-    def worker_address(self, node: str) -> str:
-        """The address the controller dials for the worker on ``node``."""
-        return f"tcp://{node}:{self._port}"
+    def worker_addresses(self, nodes: Sequence[str]) -> list[str]:
+        """The addresses the controller dials for the workers on ``nodes``
+        (the allocation's nodes, in order): each node's address as Slurm
+        knows it (NodeAddr), at ``monarch_port``."""
+        return slurm_worker_addresses(nodes, node_addresses(nodes), self._port)
 
     def _log_paths(self, unique_name: str) -> tuple[str, str]:
         return (
@@ -221,11 +291,16 @@ class SlurmJob(JobTrait):
         if self._exclusive:
             lines.append("#SBATCH --exclusive")
         lines += [f"#SBATCH {arg}" for arg in self._slurm_args if arg.startswith("-")]
-        dial = f"tcp://${{SLURMD_NODENAME:-$(hostname)}}:{self._port}"
-        address = dial if self._bind_to is None else f"{dial}@tcp://{self._bind_to}:{self._port}"
-        worker = (
-            f'exec {shlex.quote(self._python_exe)} -m monarch_launcher worker --address "{address}"'
-        )
+        worker = [
+            shlex.quote(self._python_exe),
+            "-m",
+            "monarch_launcher",
+            "worker",
+            "--slurm-port",
+            str(self._port),
+        ]
+        if self._bind_to is not None:
+            worker += ["--slurm-bind", shlex.quote(self._bind_to)]
         srun = [
             "srun",
             f"--nodes={nodes}",
@@ -239,7 +314,7 @@ class SlurmJob(JobTrait):
             "",
             "# one worker per node, with every resource of its node where srun allows (--whole)",
             "WHOLE=$(srun --help 2>&1 | grep -q -- '--whole' && echo --whole)",
-            f"{' '.join(srun)} $WHOLE bash -c {shlex.quote(worker)}"
+            f"{' '.join(srun)} $WHOLE {' '.join(worker)}"
             + (" &" if client_script is not None else ""),
         ]
         if client_script is not None:
@@ -309,12 +384,6 @@ class SlurmJob(JobTrait):
         state = done.stdout.strip().splitlines()[0].strip() if done.stdout.strip() else ""
         return state or "finished"
 
-    def _expand_nodes(self, nodelist: str) -> list[str]:
-        done = _run(["scontrol", "show", "hostnames", nodelist], what="SlurmJob")
-        if done.returncode != 0:
-            raise JobError(f"scontrol could not expand the node list {nodelist!r}: {done.stderr}")
-        return [line.strip() for line in done.stdout.splitlines() if line.strip()]
-
     def _error_output(self, job_id: str) -> str:
         pattern = f"slurm_{job_id}_"
         try:
@@ -348,7 +417,7 @@ class SlurmJob(JobTrait):
                 )
             state, nodelist, reason = found
             if state == "RUNNING":
-                nodes = self._expand_nodes(nodelist)
+                nodes = expand_nodelist(nodelist)
                 if len(nodes) != self.num_nodes:
                     raise JobError(
                         f"Slurm job {job_id} runs on {len(nodes)} nodes, not the "
@@ -388,15 +457,15 @@ class SlurmJob(JobTrait):
             adopt_secret(current_secret() or self._secret, "this SlurmJob")
         else:
             adopt_secret(self._secret, "this SlurmJob")
+        addresses = self.worker_addresses(self._hostnames)
         meshes = {}
         at = 0
         for mesh, count in self._meshes.items():
-            nodes = self._hostnames[at : at + count]
             at += count
             meshes[mesh] = attach_to_workers(
                 name=mesh,
                 ca="trust_all_connections",
-                workers=[self.worker_address(node) for node in nodes],
+                workers=addresses[at - count : at],
             )
         return JobState(meshes)
 

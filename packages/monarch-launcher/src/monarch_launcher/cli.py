@@ -16,7 +16,7 @@ from ._errors import LauncherError, WorkerAddressError
 from ._job import DEFAULT_JOB_PATH, JobTrait, job_load
 from ._kubernetes import KubernetesJob
 from ._process import ProcessJob
-from ._slurm import SlurmJob
+from ._slurm import SlurmJob, slurm_worker_address
 from ._worker import FORMS, serve
 
 __all__ = ["build_parser", "main"]
@@ -48,6 +48,13 @@ digits) or MONARCH_JOB_SECRET_FILE; jobs that start workers set this up.
 
 
 def _worker(args: argparse.Namespace) -> int:
+    if (args.address is None) == (args.slurm_port is None):
+        raise WorkerAddressError(
+            "give the worker --address ADDRESS (or, in a Slurm job, --slurm-port PORT)"
+        )
+    address = args.address
+    if args.slurm_port is not None:
+        address = slurm_worker_address(args.slurm_port, args.slurm_bind)
     ca: Any = args.ca
     if ca != "trust_all_connections" and not Path(ca).is_file():
         raise WorkerAddressError(
@@ -55,7 +62,7 @@ def _worker(args: argparse.Namespace) -> int:
         )
     if args.private_key is not None and not Path(args.private_key).is_file():
         raise WorkerAddressError(f"--private-key {args.private_key!r} is not a file")
-    serve(args.address, ca=ca, private_key=args.private_key, lifeline=args.lifeline)
+    serve(address, ca=ca, private_key=args.private_key, lifeline=args.lifeline)
     return 0
 
 
@@ -237,7 +244,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--address",
-        required=True,
         metavar="ADDRESS",
         help=f"where to serve: {FORMS}. {{hostname}} and {{fqdn}} are replaced by this "
         "machine's names",
@@ -254,6 +260,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PEM",
         help="with --ca: this worker's certificate and key, in one PEM file",
+    )
+    worker.add_argument(
+        "--slurm-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="in a Slurm job step (srun), instead of --address: serve at this node's address "
+        "as Slurm knows it (NodeAddr) and PORT, as SlurmJob dials it",
+    )
+    worker.add_argument(
+        "--slurm-bind",
+        default=None,
+        metavar="HOST",
+        help="with --slurm-port: listen on this interface (e.g. 0.0.0.0) instead",
     )
     worker.add_argument("--lifeline", type=int, default=None, help=argparse.SUPPRESS)
     worker.set_defaults(run=_worker)

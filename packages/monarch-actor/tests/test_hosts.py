@@ -332,3 +332,17 @@ def test_output_of_procs_on_other_hosts_reaches_the_controller(tmp_path):
         assert sorted(line.split("] [")[1][:1] for line in lines) == ["0", "1"], done.stdout
     finally:
         workers.close()
+
+
+def test_shutdown_right_after_attach_reaches_a_worker_that_is_not_up_yet():
+    job_secret()
+    address = f"tcp://127.0.0.1:{free_port()}"
+    hosts = attach_to_workers(workers=[address], ca="trust_all_connections")
+    done = hosts.shutdown()  # before the worker even listens
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, address], start_new_session=True)
+    try:
+        done.get(timeout=60)
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)

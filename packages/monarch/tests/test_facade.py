@@ -11,8 +11,21 @@ CORE_AND_COMMON = [
     "Port", "PortReceiver", "send", "Accumulator", "concurrent_endpoint", "Endpoint",
     "enable_transport", "ChannelTransport", "get_or_spawn_controller", "as_endpoint",
     "shutdown_context", "attach_to_workers", "run_worker_loop_forever",
-    "run_worker_loop_until_shutdown", "start_worker_loop_forever",
+    "run_worker_loop_until_shutdown", "start_worker_loop_forever", "hosts_from_config",
 ]  # fmt: skip
+
+
+def test_monarch_job_and_spmd_expose_monarchs_names():
+    import monarch.job
+    import monarch.spmd
+
+    for name in ["JobTrait", "JobState", "LocalJob", "ProcessJob", "SlurmJob", "hosts_from_config",
+                 "job_load", "job_loads", "DEFAULT_JOB_PATH", "exec_command"]:  # fmt: skip
+        assert name in monarch.job.__all__ and hasattr(monarch.job, name), name
+    assert monarch.job.DEFAULT_JOB_PATH == ".monarch/job_state.pkl"
+    assert monarch.actor.hosts_from_config is monarch.job.hosts_from_config
+    for name in ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async"]:
+        assert hasattr(monarch.spmd, name), name
 
 
 def test_every_core_and_common_name_is_exported():

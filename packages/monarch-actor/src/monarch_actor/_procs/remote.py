@@ -123,9 +123,11 @@ class RemoteAgent:
             self.on_exit(owner[0], owner[1], None, f"host {self.describe()} did not confirm a kill")
 
     def shutdown(self) -> None:
-        """Tell the worker to stop its processes and exit."""
+        """Tell the worker to stop its processes and exit (once it has
+        answered the hello: a request before that could be lost with a
+        connection that is retried)."""
         self.shutting_down = True
-        self.runtime.call_soon(self._send, "shutdown")
+        self.ready.add_done_callback(lambda _: self.runtime.call_soon(self._send, "shutdown"))
 
     def describe(self) -> str:
         return (

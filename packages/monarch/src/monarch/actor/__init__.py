@@ -36,6 +36,7 @@ from monarch_actor import (
     this_proc,
     unhandled_fault_hook,
 )
+from monarch_launcher import hosts_from_config
 from monarch_transport import ChannelTransport, enable_transport
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
+    "hosts_from_config",
     "returns_future",
     "run_worker_loop_forever",
     "run_worker_loop_until_shutdown",

@@ -12,6 +12,7 @@ from monarch_launcher import (
     JobState,
     JobTrait,
     LocalJob,
+    Unsupported,
     job_load,
     job_loads,
 )
@@ -168,5 +169,5 @@ def test_local_job_runs_a_client_script(in_tmp):
     "name", ["enable_telemetry", "enable_admin", "remote_mount", "gather_mount"]
 )
 def test_what_is_not_available_says_so(name):
-    with pytest.raises(NotImplementedError, match=name):
+    with pytest.raises(Unsupported, match=name):
         getattr(LocalJob(), name)("x")

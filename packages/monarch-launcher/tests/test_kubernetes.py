@@ -12,7 +12,7 @@ import sys
 import pytest
 from actors import Probe
 
-from monarch_launcher import ImageSpec, JobError, KubeConfig, KubernetesJob, job_loads
+from monarch_launcher import ImageSpec, JobError, KubeConfig, KubernetesJob, Unsupported, job_loads
 from monarch_launcher._procutil import LocalProcess
 from monarch_launcher.kubernetes import (
     service_manifest,
@@ -147,7 +147,7 @@ def test_conflicting_mesh_options_are_refused(kwargs, says):
 
 
 def test_job_options_are_checked():
-    with pytest.raises(NotImplementedError, match="attach_to"):
+    with pytest.raises(Unsupported, match="attach_to"):
         KubernetesJob("ns", attach_to="tcp://x:1")
     with pytest.raises(ValueError, match="namespace"):
         KubernetesJob("")
@@ -280,7 +280,7 @@ def test_attach_only_meshes_find_pods_by_label_and_rank(cluster, in_tmp):
         by_rank = {point["hosts"]: parent_of(parent_of(pid)) for point, pid in pids.items()}
         assert by_rank == {0: workers.workers["w_1"].pid, 1: workers.workers["w_0"].pid}
         assert not [m for m, *_ in cluster.requests if m == "POST"]  # nothing was created
-        with pytest.raises(NotImplementedError, match="did not create"):
+        with pytest.raises(Unsupported, match="did not create"):
             job.kill()  # the pods are not ours to end: nothing is touched
         assert hosts.spawn_procs().spawn("q", Probe).pid.call().get(timeout=60)
         hosts.stop().get(timeout=30)

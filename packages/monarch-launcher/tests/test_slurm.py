@@ -13,7 +13,7 @@ import sys
 import pytest
 from actors import Probe
 
-from monarch_launcher import JobError, SlurmJob, job_load
+from monarch_launcher import JobError, SlurmJob, Unsupported, job_load
 from monarch_launcher._procutil import LocalProcess
 from monarch_launcher._slurm import slurm_worker_addresses
 
@@ -147,8 +147,8 @@ def test_the_script_is_valid_bash(tmp_path):
         ({"meshes": {"a": 1}, "monarch_port": 0}, ValueError, "TCP port"),
         ({"meshes": {"a": 1}, "slurm_args": "--x"}, TypeError, "list of options"),
         ({"meshes": {"a": 1}, "slurm_args": ["--export=NONE"]}, ValueError, "MONARCH_JOB_SECRET"),
-        ({"meshes": {"a": 1}, "out_of_cluster": True}, NotImplementedError, "reaches the nodes"),
-        ({"meshes": {"a": 1}, "attach_to": "tcp://x:1"}, NotImplementedError, "directly"),
+        ({"meshes": {"a": 1}, "out_of_cluster": True}, Unsupported, "reaches the nodes"),
+        ({"meshes": {"a": 1}, "attach_to": "tcp://x:1"}, Unsupported, "directly"),
     ],
 )
 def test_bad_specs_say_what_is_wrong(kwargs, error, says):
@@ -165,7 +165,7 @@ def test_add_mesh_and_specs_that_can_share_a_job():
     job = SlurmJob({"a": 1})
     job.add_mesh("b", 2)
     assert job.num_nodes == 3
-    with pytest.raises(NotImplementedError, match="exclusive=False"):
+    with pytest.raises(Unsupported, match="exclusive=False"):
         job.share_node(1, 1, "p")
     assert not job.can_run(SlurmJob({"a": 1, "b": 2}))  # not applied: nothing to reuse
 

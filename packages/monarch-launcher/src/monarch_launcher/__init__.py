@@ -16,7 +16,7 @@ Monarch's ``monarch.job`` re-exports these names.
 
 from ._config import hosts_from_config, parse_worker_list
 from ._current import load_current_job, set_current_job
-from ._errors import JobError, LauncherError, WorkerAddressError
+from ._errors import JobError, LauncherError, Unsupported, WorkerAddressError
 from ._exec import exec_command, shell
 from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait, LocalJob, job_load, job_loads
 from ._kubernetes import ImageSpec, KubeConfig, KubernetesJob
@@ -37,6 +37,7 @@ __all__ = [
     "LocalJob",
     "ProcessJob",
     "SlurmJob",
+    "Unsupported",
     "WorkerAddressError",
     "check_worker_address",
     "exec_command",

@@ -5,7 +5,7 @@ Monarch catches them unchanged."""
 
 from __future__ import annotations
 
-__all__ = ["JobError", "LauncherError", "WorkerAddressError"]
+__all__ = ["JobError", "LauncherError", "Unsupported", "WorkerAddressError"]
 
 
 class LauncherError(Exception):
@@ -15,6 +15,11 @@ class LauncherError(Exception):
 class JobError(LauncherError, RuntimeError):
     """A job could not be created, reached, queried or ended; the message says
     what the scheduler (or the worker processes) reported and what to do."""
+
+
+class Unsupported(LauncherError, RuntimeError):
+    """Something Monarch offers that this implementation does not (listed in
+    docs/compatibility.md); the message says what to do instead."""
 
 
 class WorkerAddressError(LauncherError, ValueError):

@@ -11,6 +11,8 @@ from typing import Any
 
 from monarch_actor import Actor, Future, HostMesh, current_rank, endpoint, returns_future
 
+from ._errors import Unsupported
+
 __all__ = ["CommandActor", "exec_command", "shell"]
 
 
@@ -111,7 +113,7 @@ def exec_command(
 
 def shell(host_mesh: Any, *, env: dict[str, str] | None = None, workdir: str | None = None) -> int:
     """Not available yet: an interactive shell on one host of a mesh."""
-    raise NotImplementedError(
+    raise Unsupported(
         "shell() is not available in Monarch in Python yet: use exec_command(hosts, ['cmd', ...]) "
         "to run commands on the hosts"
     )

@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 
 from monarch_actor import HostMesh, this_host
 
+from ._errors import Unsupported
 from ._procutil import LocalProcess, end_sessions
 
 __all__ = [
@@ -218,7 +219,7 @@ class JobTrait(ABC):
         log.info("the job cached at %s cannot run this spec: ending it", cached_path)
         try:
             running._kill()
-        except NotImplementedError as error:
+        except Unsupported as error:
             log.info("the cached job cannot be ended from here: %s", error)
         except Exception as error:
             log.warning("ending the cached job failed: %s", error)
@@ -276,28 +277,28 @@ class JobTrait(ABC):
 
     def enable_telemetry(self, *args: Any, **kwargs: Any) -> JobTrait:
         """Not available: Monarch's telemetry services have no counterpart here yet."""
-        raise NotImplementedError(
+        raise Unsupported(
             "enable_telemetry() is not available in Monarch in Python; jobs run without the "
             "telemetry sidecar"
         )
 
     def enable_admin(self, *args: Any, **kwargs: Any) -> JobTrait:
         """Not available: Monarch's mesh admin agent has no counterpart here yet."""
-        raise NotImplementedError(
+        raise Unsupported(
             "enable_admin() is not available in Monarch in Python; jobs run without the mesh "
             "admin agent"
         )
 
     def remote_mount(self, *args: Any, **kwargs: Any) -> None:
         """Not available: mounting a local folder on the workers (FUSE)."""
-        raise NotImplementedError(
+        raise Unsupported(
             "remote_mount() is not available in Monarch in Python: copy or share the folder "
             "with the workers yourself (a shared file system, rsync)"
         )
 
     def gather_mount(self, *args: Any, **kwargs: Any) -> None:
         """Not available: mounting the workers' folders here (FUSE)."""
-        raise NotImplementedError(
+        raise Unsupported(
             "gather_mount() is not available in Monarch in Python: copy the workers' files "
             "back yourself (a shared file system, rsync)"
         )

@@ -23,7 +23,7 @@ from typing import Any
 
 from monarch_actor import attach_to_workers
 
-from ._errors import JobError
+from ._errors import JobError, Unsupported
 from ._job import JobState, JobTrait
 from ._secret import SECRET_ENV, adopt_secret, secret_for_workers
 
@@ -189,7 +189,7 @@ class KubernetesJob(JobTrait):
         ``kubeconfig``: how to reach the cluster (default: in-cluster).
         ``attach_to`` (a gateway into the cluster) is not supported."""
         if attach_to is not None:
-            raise NotImplementedError(
+            raise Unsupported(
                 "KubernetesJob(attach_to=...) is not supported: run the controller where it "
                 "reaches the pods' IPs (in the cluster)"
             )
@@ -416,7 +416,7 @@ class KubernetesJob(JobTrait):
 
     def _check_killable(self) -> None:
         if not any(mesh["provisioned"] for mesh in self._meshes.values()):
-            raise NotImplementedError(
+            raise Unsupported(
                 "KubernetesJob cannot end pods it did not create (every mesh is attach-only): "
                 "delete them the way they were made"
             )

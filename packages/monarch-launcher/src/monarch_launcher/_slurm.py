@@ -21,7 +21,7 @@ from typing import Any
 
 from monarch_actor import attach_to_workers
 
-from ._errors import JobError
+from ._errors import JobError, Unsupported
 from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait
 from ._process import check_meshes
 from ._secret import SECRET_ENV, SECRET_FILE_ENV, adopt_secret, current_secret, secret_for_workers
@@ -173,7 +173,7 @@ class SlurmJob(JobTrait):
         node itself. ``out_of_cluster``/``attach_to`` (reaching workers through
         a gateway) are not supported: the controller must reach the nodes."""
         if out_of_cluster or attach_to is not None:
-            raise NotImplementedError(
+            raise Unsupported(
                 "SlurmJob(out_of_cluster=..., attach_to=...) is not supported: run the controller "
                 "where it reaches the nodes directly (a login node or a node of the allocation)"
             )
@@ -230,7 +230,7 @@ class SlurmJob(JobTrait):
 
     def share_node(self, tasks_per_node: int, gpus_per_task: int, partition: str) -> None:
         """Not available: Monarch sizes shared nodes with ``clusterscope``."""
-        raise NotImplementedError(
+        raise Unsupported(
             "share_node() is not available in Monarch in Python: pass exclusive=False with "
             "cpus_per_task=, mem= and gpus_per_node= instead"
         )

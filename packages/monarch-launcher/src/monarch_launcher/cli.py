@@ -351,6 +351,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = run(args)
     except WorkerAddressError as error:
         parser.exit(2, f"monarch {args.command}: error: {error}\n")
-    except (LauncherError, ValueError, TypeError, FileNotFoundError, NotImplementedError) as error:
+    except (LauncherError, ValueError, TypeError, FileNotFoundError) as error:
         parser.exit(1, f"monarch {args.command}: error: {error}\n")
     sys.exit(code)

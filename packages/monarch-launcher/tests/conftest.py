@@ -4,8 +4,9 @@ import threading
 
 import pytest
 
-# actors used by the tests live in actors.py, imported by name (procs see this
-# sys.path too, as every proc sees its controller's)
+# actors used by the tests live in launcher_actors.py, imported by name (procs
+# see this sys.path too, as every proc sees its controller's); a name of its
+# own: the whole workspace runs in one session, and monarch-actor has actors.py
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 

@@ -10,7 +10,7 @@ import socket
 import sys
 
 import pytest
-from actors import Probe
+from launcher_actors import Probe
 
 from monarch_launcher import ImageSpec, JobError, KubeConfig, KubernetesJob, Unsupported, job_loads
 from monarch_launcher._procutil import LocalProcess
@@ -275,7 +275,7 @@ def test_attach_only_meshes_find_pods_by_label_and_rank(cluster, in_tmp):
         adopt_secret(workers._secret, "the pods")
         hosts = job.state(cached_path=None).mine
         pids = hosts.spawn_procs().spawn("p", Probe).pid.call().get(timeout=60)
-        from actors import parent_of
+        from launcher_actors import parent_of
 
         by_rank = {point["hosts"]: parent_of(parent_of(pid)) for point, pid in pids.items()}
         assert by_rank == {0: workers.workers["w_1"].pid, 1: workers.workers["w_0"].pid}

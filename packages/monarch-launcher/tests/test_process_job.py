@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 import pytest
-from actors import Probe, parent_of
+from launcher_actors import Probe, parent_of
 
 from monarch_launcher import (
     JobError,
@@ -82,7 +82,7 @@ def test_kill_from_elsewhere_ends_workers_and_their_procs(in_tmp, failures):
 def test_a_later_script_reuses_the_cached_job(in_tmp):
     body = """
         from monarch_launcher import ProcessJob
-        from actors import Probe
+        from launcher_actors import Probe
         job = ProcessJob({"trainers": 2})
         state = job.state()
         state.trainers.spawn_procs().spawn("p", Probe).pid.call().get(timeout=60)
@@ -185,7 +185,7 @@ def test_the_monarch_command_applies_reports_and_kills_a_job(in_tmp):
         in_tmp,
         """
         from monarch_launcher import ProcessJob
-        from actors import Probe
+        from launcher_actors import Probe
         state = ProcessJob({'trainers': 2}).state()
         print(len(state.trainers.spawn_procs().spawn("p", Probe).pid.call().get(timeout=60)))
     """,
@@ -224,7 +224,7 @@ def test_hosts_from_config_starts_two_local_workers_that_end_with_the_script(in_
         import json, os
         os.environ.pop("MONARCH_HOSTS", None)
         from monarch_launcher import hosts_from_config
-        from actors import Probe, parent_of
+        from launcher_actors import Probe, parent_of
         hosts = hosts_from_config("MONARCH_HOSTS")
         procs = hosts.spawn_procs(per_host={"gpus": 2})
         pids = procs.spawn("p", Probe).pid.call().get(timeout=60)

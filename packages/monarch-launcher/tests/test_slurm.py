@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from actors import Probe
+from launcher_actors import Probe
 
 from monarch_launcher import JobError, SlurmJob, Unsupported, job_load
 from monarch_launcher._procutil import LocalProcess
@@ -319,7 +319,7 @@ def test_sbatch_refusing_the_job_is_reported(fake_slurm):
 def test_a_batch_run_executes_the_client_inside_the_allocation(fake_slurm):
     (fake_slurm / "client.py").write_text(
         "from monarch_launcher import SlurmJob\n"
-        "from actors import Probe\n"
+        "from launcher_actors import Probe\n"
         "import sys\n"
         f"job = SlurmJob({{'hosts': 2}}, python_exe=sys.executable, monarch_port=PORT,\n"
         f"               log_dir={str(fake_slurm)!r})\n"

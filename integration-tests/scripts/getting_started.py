@@ -3,6 +3,7 @@ a counter mesh, slicing, a trainer that finds its data loader by rank, an
 inference engine answering out of order through an explicit response port,
 and a channel. Runs unchanged on Monarch (torchmonarch) and on this project."""
 
+import asyncio
 import threading
 import time
 
@@ -18,6 +19,7 @@ from monarch.actor import (
     this_host,
     this_proc,
 )
+from monarch.job import hosts_from_config  # Monarch 0.7.0 has it here (monarch.actor: ours only)
 
 
 class Counter(Actor):
@@ -124,6 +126,23 @@ class Reporter(Actor):
 port, receiver = Channel.open()
 procs.spawn("reporters", Reporter).report.broadcast(port)
 assert sorted(receiver.recv().get() for _ in range(4)) == [0, 1, 2, 3]
+
+# Multiple hosts: with MONARCH_HOSTS unset, two worker processes on this machine
+hosts = hosts_from_config("MONARCH_HOSTS")
+assert dict(zip(hosts.extent.labels, hosts.extent.sizes, strict=True)) == {"hosts": 2}
+
+
+class HostTrainer(Actor):
+    @endpoint
+    def step(self) -> str:
+        return f"Trainer {context().message_rank} taking a step."
+
+
+trainer_procs = hosts.spawn_procs(per_host={"gpus": 4})
+steps = trainer_procs.spawn("trainer", HostTrainer).step.call().get()
+assert len(list(steps.values())) == 8 and all("taking a step" in s for s in steps.values())
+asyncio.run(trainer_procs.logging_option(stream_to_client=True, aggregate_window_sec=3))
+trainer_procs.stop().get()
 
 procs.stop().get()
 print("getting started: ok")

@@ -43,7 +43,6 @@ import contextlib
 import ctypes
 import hashlib
 import hmac
-import ipaddress
 import json
 import os
 import socket
@@ -54,7 +53,8 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from monarch_transport import Opener, Sealer, derive_key, job_secret
+from monarch_transport import Opener, Sealer, derive_key, integrity_required, job_secret
+from monarch_transport import integrity_mode as transport_integrity_mode
 
 from ._memory import host_view
 
@@ -103,7 +103,6 @@ MAX_ARGS = 1 << 20
 MAX_ANSWER = 1 << 20  # longest JSON or error text an answer may carry
 MAX_DATA = 64 << 20  # longest data one request may carry (a sealed one is staged whole)
 INTEGRITY_ENV = "MONARCH_TRANSPORT_INTEGRITY"  # the transport's setting: one policy for both
-MODES = ("always", "auto", "off")
 
 SOCKET_BUFFER = 4 << 20
 COALESCE = 64 << 10  # frames under this size are sent together in one call
@@ -188,34 +187,16 @@ def tune(sock: socket.socket) -> None:
 
 def integrity_mode() -> str:
     """``$MONARCH_TRANSPORT_INTEGRITY`` (``always``, ``auto`` or ``off``;
-    ``auto`` when unset): the actor transport's setting, read the same way."""
-    mode = os.environ.get(INTEGRITY_ENV, "auto")
-    if mode not in MODES:
-        raise ValueError(f"{INTEGRITY_ENV} must be one of {', '.join(MODES)}, got {mode!r}")
-    return mode
+    ``auto`` when unset): the actor transport's setting, read by the transport."""
+    return transport_integrity_mode()
 
 
 def tags_required(mode: str, host: str) -> bool:
     """Whether ``mode`` demands sealed messages on a connection with ``host``
-    (the peer's address on the server, the server's on the client). As in the
-    transport, ``auto`` spares loopback only: there, only processes of this
-    host are on the path (docs/concepts/security.md)."""
-    if mode == "always":
-        return True
-    if mode == "off":
-        return False
-    return not _is_loopback(host)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host.strip("[]").partition("%")[0])
-    except ValueError:
-        return False  # a name: it may resolve anywhere
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+    (the peer's address on the server, the server's on the client): the
+    transport's own policy for TCP (``auto`` spares loopback only: there, only
+    processes of this host are on the path; docs/concepts/security.md)."""
+    return integrity_required(mode, "tcp", host)
 
 
 # -- one connection -------------------------------------------------------------------------

@@ -34,6 +34,8 @@ from ._errors import (
     TransportError,
 )
 from ._integrity import IntegrityError, Opener, Sealer, derive_key
+from ._integrity import default_mode as integrity_mode
+from ._integrity import required as integrity_required
 from ._interface import Event, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import new_event_loop, run
 from ._registry import backend_class, register_backend
@@ -82,6 +84,8 @@ __all__ = [
     "enable_transport",
     "encode",
     "encode_header",
+    "integrity_mode",
+    "integrity_required",
     "job_secret",
     "listen",
     "new_event_loop",

@@ -456,9 +456,7 @@ class SocketSender(Sender):
         try:
             if self._lock.locked():  # the loop took it meanwhile: its message goes first
                 return False
-            pieces = _encode(
-                Kind.DATA, frames, self._settings.max_message_size, self._sealer, small_only=True
-            )
+            pieces = self._small(frames)
             if pieces is None:
                 return False  # a large message goes out in chunks, by the loop
             data = pieces[0]
@@ -478,6 +476,13 @@ class SocketSender(Sender):
         if self._sealer is not None:
             self._sealer.unseal()
 
+    def _small(self, frames: Sequence[Buffer]) -> list[Buffer] | None:
+        """The message as one write (sealed, taking its number), or None
+        when it is large: it then goes out in chunks, from ``send``."""
+        return _encode(
+            Kind.DATA, frames, self._settings.max_message_size, self._sealer, small_only=True
+        )
+
     def _finish_rest(self) -> None:
         """On the loop: hand what other threads left unwritten to the
         transport, before anything else goes out."""
@@ -494,9 +499,7 @@ class SocketSender(Sender):
         if conn.paused or self._lock.locked() or conn.reason or transport is None:
             return False
         with self._order:
-            pieces = _encode(
-                Kind.DATA, frames, self._settings.max_message_size, self._sealer, small_only=True
-            )
+            pieces = self._small(frames)
             if pieces is None:
                 return False
             transport.write(pieces[0])
@@ -511,13 +514,7 @@ class SocketSender(Sender):
         chunks = []
         with self._order:
             for frames in messages:
-                pieces = _encode(
-                    Kind.DATA,
-                    frames,
-                    self._settings.max_message_size,
-                    self._sealer,
-                    small_only=True,
-                )
+                pieces = self._small(frames)
                 if pieces is None:
                     break  # a large message goes out in chunks, by send()
                 chunks.append(pieces[0])
@@ -532,13 +529,7 @@ class SocketSender(Sender):
         idle = not (conn.paused or self._lock.locked() or conn.reason)
         if idle and transport is not None:
             with self._order:
-                pieces = _encode(
-                    Kind.DATA,
-                    frames,
-                    self._settings.max_message_size,
-                    self._sealer,
-                    small_only=True,
-                )
+                pieces = self._small(frames)
                 if pieces is not None:
                     transport.write(pieces[0])  # the common case: one small write, nobody waiting
                     return

@@ -6,7 +6,13 @@ import os
 
 from monarch_supervision import DEFAULT_HEARTBEAT_DEADLINE
 
-__all__ = ["cast_fanout", "cleanup_timeout", "heartbeat_deadline"]
+__all__ = [
+    "attach_timeout",
+    "cast_fanout",
+    "cleanup_timeout",
+    "heartbeat_deadline",
+    "host_deadline",
+]
 
 
 def _int(names: tuple[str, ...], default: int, low: int) -> int:
@@ -45,6 +51,16 @@ def _seconds(name: str, default: float) -> float:
 def heartbeat_deadline() -> float:
     """Seconds a process may stay silent before its owner counts it dead."""
     return _seconds("MONARCH_HEARTBEAT_DEADLINE", DEFAULT_HEARTBEAT_DEADLINE)
+
+
+def host_deadline() -> float:
+    """Seconds a worker may stay silent before its host counts as lost."""
+    return _seconds("MONARCH_HOST_DEADLINE", 5.0)
+
+
+def attach_timeout() -> float:
+    """Seconds ``attach_to_workers`` keeps trying a worker that is not up yet."""
+    return _seconds("MONARCH_ATTACH_TIMEOUT", 60.0)
 
 
 def cleanup_timeout() -> float:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import logging
-import os
 import signal
 from collections.abc import Callable
 from typing import Any
 
 from monarch_transport import decode
 
+from .._core.config import attach_timeout, host_deadline
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
 from .agent import preload, start_blob
@@ -35,17 +35,6 @@ KILL_CONFIRM = 2.0  # seconds a worker gets to confirm a kill before the process
 # (table, rank, code, last words) of a process that exited, or (table, rank, None, reason)
 # of one lost with its host
 OnExit = Callable[[Any, int, "int | None", str], None]
-
-
-def _seconds(name: str, default: float) -> float:
-    text = os.environ.get(name, str(default))
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
 
 
 class RemoteAgent:
@@ -66,9 +55,9 @@ class RemoteAgent:
         self.last_seen = runtime.loop.time()
         self.lost: str | None = None
         self.shutting_down = False
-        self.deadline = _seconds(HOST_DEADLINE_ENV, 5.0)
+        self.deadline = host_deadline()
         # a worker may come up after the controller asks for it (a job starting)
-        self.attach_by = runtime.loop.time() + _seconds(ATTACH_TIMEOUT_ENV, 60.0)
+        self.attach_by = runtime.loop.time() + attach_timeout()
 
     def _send(self, op: str, payload: Any = None, **fields: Any) -> None:
         header = {Key.KIND: Kind.HOST, Key.HOST_OP: op, Key.OWNER: self.runtime.address, **fields}

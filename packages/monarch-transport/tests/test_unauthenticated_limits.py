@@ -168,3 +168,30 @@ def test_nng_pieces_carry_every_byte_once(sizes):
     assert all(len(p) <= PART_HEAD.size + PIECE for p in pieces)
     assert {PART_HEAD.unpack_from(p) for p in pieces} == {(Kind.PART, len(whole))}
     assert b"".join(p[PART_HEAD.size :] for p in pieces) == whole
+
+
+async def test_a_port_probe_is_no_warning_but_garbage_is(caplog):
+    """A health check that connects and hangs up says nothing and is logged
+    at debug level; bytes that cannot be a handshake still warn."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="monarch.transport")
+    settings = Settings(secret=SECRET)
+    async with await SocketTransport().listen(
+        Address.parse("tcp://127.0.0.1:0"), settings
+    ) as inbox:
+        _, writer = await raw(inbox.address)
+        writer.close()
+        reader2, writer2 = await raw(inbox.address, b"GET / HTTP/1.1\r\n\r\n")
+        assert await closed_within(reader2, 1.0)
+        writer2.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            "closed before saying anything" in r.getMessage() for r in caplog.records
+        ):
+            await asyncio.sleep(0.01)
+    probes = [r for r in caplog.records if "closed before saying anything" in r.getMessage()]
+    assert probes and all(r.levelno == logging.DEBUG for r in probes)
+    assert any(
+        r.levelno == logging.WARNING and "protocol error" in r.getMessage() for r in caplog.records
+    )

@@ -77,6 +77,11 @@ class ServerHandshake:
     _hello: bytes = b""
 
     @property
+    def heard(self) -> bool:
+        """Whether the peer has said HELLO (a port probe never does)."""
+        return bool(self._hello)
+
+    @property
     def key(self) -> bytes:
         """The connection's integrity key (once ``done``)."""
         return derive_key(self.secret, self._hello, self.nonce)

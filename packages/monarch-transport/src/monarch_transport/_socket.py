@@ -367,7 +367,11 @@ class SocketListener(QueuedListener):
             self._connections.discard(conn)
             if peer is None:
                 self._unauthenticated -= 1
-            if peer is None or reason.startswith(("protocol error", "authentication", "did not")):
+            hung_up = reason == "connection closed" or reason.startswith("connection broke")
+            if peer is None and not handshake.heard and hung_up:
+                # closed before one whole message: a port probe (a health check), not an attack
+                log.debug("a connection on %s closed before saying anything", self.address)
+            elif peer is None or reason.startswith(("protocol error", "authentication", "did not")):
                 log.warning(
                     "closing a connection on %s (%s): %s",
                     self.address,

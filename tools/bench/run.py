@@ -187,6 +187,44 @@ def rate(value: float, unit: str) -> str:
     return f"{value / 1e9:.2f} GB/s" if unit == "GB/s" else f"{value:,.0f} {unit}"
 
 
+def compare(
+    title: str,
+    measures: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...],
+    results: dict[str, dict[str, Any] | None],
+) -> list[str]:
+    """Print and return (as markdown rows) each measure for every
+    implementation in ``results``, with ours / Monarch's ratio against its target."""
+    labels = list(results)
+    ours, theirs = results["ours"] or {}, results["Monarch 0.7.0"] or {}
+    header = ("measure", *labels, "ours / Monarch", "target", "met?")
+    table = Table(title=title)
+    for column in header:
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, name, kind, unit, target in measures:
+        ratio, goal, verdict = "—", "—", "—"
+        if target:
+            goal = f"{target[0]} {target[1]:g}× {kind}"
+        if key in ours and key in theirs:
+            value = ours[key] / theirs[key]
+            ratio = f"{value:.2f}× {kind}"
+            if target:
+                met = value <= target[1] if target[0] == "≤" else value >= target[1]
+                verdict = "**met**" if met else "missed"
+        cells = [name]
+        for label in labels:
+            result = results[label] or {}
+            if key not in result:
+                cells.append("failed" if not result else "n/a")
+            else:
+                cells.append(duration(result[key]) if kind == "time" else rate(result[key], unit))
+        cells += [ratio, goal, verdict]
+        table.add_row(*cells)
+        rows.append("| " + " | ".join(cells) + " |")
+    Console().print(table)
+    return rows
+
+
 def actor(args: argparse.Namespace) -> str:
     began = time.perf_counter()
     bench = str(BENCH / "actor_bench.py")
@@ -199,32 +237,11 @@ def actor(args: argparse.Namespace) -> str:
             ray_python(args.ray_python), [str(BENCH / "ray_actor_bench.py"), *repeat], 540
         ),
     }
-    ours, theirs, ray = (results[k] or {} for k in ("ours", "Monarch 0.7.0", "Ray"))
+    ray = results["Ray"] or {}
 
-    def cell(result: dict[str, Any], key: str, kind: str, unit: str) -> str:
-        if key not in result:
-            return "failed" if not result else "n/a"
-        return duration(result[key]) if kind == "time" else rate(result[key], unit)
-
-    header = ("measure", "ours", "Monarch 0.7.0", "Ray", "ours / Monarch", "target", "met?")
-    table = Table(title="actors: ours, Monarch 0.7.0 and Ray, 8 processes on this host")
-    for column in header:
-        table.add_column(column, justify="left" if column == "measure" else "right")
-    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for key, name, kind, unit, target in ACTOR_ROWS:
-        ratio, goal, verdict = "—", "—", "—"
-        if target:
-            goal = f"{target[0]} {target[1]:g}× {kind}"
-        if key in ours and key in theirs:
-            value = ours[key] / theirs[key]
-            ratio = f"{value:.2f}× {kind}"
-            if target:
-                met = value <= target[1] if target[0] == "≤" else value >= target[1]
-                verdict = "**met**" if met else "missed"
-        cells = (name, *(cell(r, key, kind, unit) for r in (ours, theirs, ray)), ratio, goal)
-        table.add_row(*cells, verdict)
-        rows.append("| " + " | ".join((*cells, verdict)) + " |")
-    Console().print(table)
+    rows = compare(
+        "actors: ours, Monarch 0.7.0 and Ray, 8 processes on this host", ACTOR_ROWS, results
+    )
 
     sweeps = {label: (r or {}).get("sweep") or {} for label, r in results.items()}
     sizes = sorted({int(n) for sweep in sweeps.values() for n in sweep})
@@ -421,32 +438,8 @@ def hosts(args: argparse.Namespace) -> str:
                     f"[red]{label} failed[/]:\n" + "\n".join(done.stderr.splitlines()[-25:])
                 )
                 results[label] = {}
-    ours, theirs = results["ours"], results["Monarch 0.7.0"]
-    header = ("measure", "ours", "Monarch 0.7.0", "ours / Monarch", "target", "met?")
-    table = Table(title="across hosts: 3 network-namespace hosts x 2 procs, ours and Monarch 0.7.0")
-    for column in header:
-        table.add_column(column, justify="left" if column == "measure" else "right")
-    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for key, name, kind, unit, target in HOSTS_ROWS:
-        ratio, goal, verdict = "—", "—", "—"
-        if target:
-            goal = f"{target[0]} {target[1]:g}× {kind}"
-        if key in ours and key in theirs:
-            value = ours[key] / theirs[key]
-            ratio = f"{value:.2f}× {kind}"
-            if target:
-                met = value <= target[1] if target[0] == "≤" else value >= target[1]
-                verdict = "**met**" if met else "missed"
-        cells = [name]
-        for result in (ours, theirs):
-            if key not in result:
-                cells.append("failed" if not result else "n/a")
-            else:
-                cells.append(duration(result[key]) if kind == "time" else rate(result[key], unit))
-        cells += [ratio, goal]
-        table.add_row(*cells, verdict)
-        rows.append("| " + " | ".join((*cells, verdict)) + " |")
-    Console().print(table)
+    title = "across hosts: 3 network-namespace hosts x 2 procs, ours and Monarch 0.7.0"
+    rows = compare(title, HOSTS_ROWS, results)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     took = time.perf_counter() - began
     return "\n".join(

@@ -3,7 +3,9 @@ life against Slurm: a stand-in (fakeslurm.py: real bash, real worker
 processes on loopback "nodes") always, a real Slurm where ``sbatch`` is on
 PATH."""
 
+import contextlib
 import os
+import random
 import shutil
 import socket
 import stat
@@ -37,10 +39,23 @@ def real_slurm() -> str | None:
 NO_REAL_SLURM = real_slurm()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(count: int = 1) -> int:
+    """The first of ``count`` consecutive free ports, below Linux's ephemeral
+    range (32768 up): a port the kernel hands out could be taken by an
+    outgoing connection before a worker binds it, as SlurmJob's default
+    (22222) could not."""
+    rng = random.Random()
+    for _ in range(1000):
+        first = rng.randrange(20000, 32000 - count)
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    s = held.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return first
+    raise RuntimeError("no free ports between 20000 and 32000")
 
 
 # -- the batch script ---------------------------------------------------------------------
@@ -252,7 +267,7 @@ def test_a_job_waits_for_its_allocation_attaches_to_every_node_and_is_cancelled(
 
 def test_nodes_sharing_a_machine_serve_on_consecutive_ports(fake_slurm, monkeypatch):
     monkeypatch.setenv("FAKE_SLURM_ADDRS", "127.0.0.1,127.0.0.1")  # like tools/slurm-cluster
-    port = free_port()
+    port = free_port(2)
     job = SlurmJob(
         {"hosts": 2}, python_exe=sys.executable, monarch_port=port, log_dir=str(fake_slurm)
     )
@@ -359,7 +374,7 @@ def test_a_real_slurm_job_runs_actors_on_every_node(tmp_path, monkeypatch):
     job = SlurmJob(
         meshes,
         python_exe=sys.executable,
-        monarch_port=free_port(),
+        monarch_port=free_port(2),
         log_dir=str(tmp_path),
         exclusive=False,
         job_start_timeout=300,

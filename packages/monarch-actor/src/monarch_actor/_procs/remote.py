@@ -72,8 +72,13 @@ class RemoteAgent:
         """The connection failed: before the worker ever answered, try again
         until the attach deadline; after, the host is lost."""
         now = self.runtime.loop.time()
-        if self.ready.done() or now > self.attach_by or self.lost is not None:
+        if self.ready.done() or self.lost is not None:
             self.host_lost(f"the connection to its worker broke ({reason})")
+        elif now > self.attach_by:
+            self.host_lost(
+                f"no worker answered there within {attach_timeout():g} s ({ATTACH_TIMEOUT_ENV}); "
+                f"is its worker running and serving that address? last error: {reason}"
+            )
         else:
             self.runtime.loop.call_later(RETRY, self._retry)
 

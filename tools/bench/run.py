@@ -6,6 +6,7 @@ ratios into docs/benchmarks.md.
     hatch run bench actor --write   # actors: ours, Monarch and Ray; draws the plot
     hatch run bench rdma --write    # RDMA buffers: ours (same host, tcp), Monarch, memcpy
     hatch run bench hosts --write   # 3 hosts in network namespaces: ours and Monarch (root)
+    hatch run bench tensor --write  # distributed tensors on 4 procs: ours and Monarch
 
 torchmonarch is installed into a virtual environment of its own (its module
 name clashes with ours), created on first use under .bench-venvs/; so is Ray
@@ -456,12 +457,60 @@ def hosts(args: argparse.Namespace) -> str:
     )
 
 
+# (key, what) of the tensor suite's rows, as in ACTOR_ROWS
+TENSOR_ROWS: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...] = (
+    ("dispatch", "element-wise ops issued (controller)", "rate", "ops/s", ("≥", 3.0)),
+    ("complete", "element-wise ops issued and finished on 4 procs", "rate", "ops/s", ("≥", 3.0)),
+    ("fetch", "fetch_shard of a 4x4 tensor", "time", "", ("≤", 0.5)),
+)
+
+
+def tensor(args: argparse.Namespace) -> str:
+    """Distributed tensors on 4 local processes, ours and Monarch 0.7.0; the
+    64 MiB reduce against gloo all_reduce in the same processes is ours only
+    (Monarch 0.7.0 cannot reduce on CPU)."""
+    began = time.perf_counter()
+    bench = str(BENCH / "tensor_bench.py")
+    results = {
+        "ours": run_json(sys.executable, [bench, "--impl", "ours", "--reduce"], 540),
+        "Monarch 0.7.0": run_json(
+            monarch_python(args.monarch_python), [bench, "--impl", "monarch"], 540
+        ),
+    }
+    rows = compare("distributed tensors: 4 processes on this host, CPU", TENSOR_ROWS, results)
+    ours = results["ours"] or {}
+    lines = []
+    if "reduce_64m" in ours and "gloo_64m" in ours:
+        share = ours["reduce_64m"] / ours["gloo_64m"]
+        lines = [
+            "",
+            f"`reduce_` of 64 MiB (float32, sum) over the 4 processes: "
+            f"{rate(ours['reduce_64m'], 'GB/s')}, against {rate(ours['gloo_64m'], 'GB/s')} for "
+            f"plain gloo `all_reduce` in the same processes: {share:.0%} of it (target ≥ 80%, "
+            f"{'met' if share >= 0.8 else 'missed'}). Monarch 0.7.0 cannot reduce on CPU.",
+        ]
+        console.print(lines[-1])
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    took = time.perf_counter() - began
+    return "\n".join(
+        [
+            f"Measured on {machine}, against Monarch 0.7.0, in {took / 60:.1f} minutes: a mesh "
+            "of 4 processes on this host, CPU tensors. Ops are a chain of 5,000 `y = y + 1` on "
+            "16 floats; the fetch is a median of 500.",
+            "",
+            *rows,
+            *lines,
+        ]
+    )
+
+
 SUITES = {
     "mesh": mesh,
     "transport": transport,
     "actor": actor,
     "rdma": rdma,
     "hosts": hosts,
+    "tensor": tensor,
 }
 
 

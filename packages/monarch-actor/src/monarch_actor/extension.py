@@ -1,9 +1,10 @@
 """The small public surface sibling packages (``monarch-rdma``,
 ``monarch-tensor``, ``monarch-launcher``) build on, so none of them reaches
 into this package's private modules: making futures, this process's
-address, and the lifecycle events of actors and processes
-(``subscribe(callback)``: each ``monarch_supervision.LifecycleEvent`` of this
-process, on the thread that saw it; callbacks must be quick).
+address, splitting a worker's ``DIAL@BIND`` address (``alias_parts``), and
+the lifecycle events of actors and processes (``subscribe(callback)``:
+each ``monarch_supervision.LifecycleEvent`` of this process, on the thread
+that saw it; callbacks must be quick).
 
 >>> import concurrent.futures
 >>> from monarch_actor.extension import future_from, resolved
@@ -18,11 +19,12 @@ from __future__ import annotations
 import concurrent.futures
 from typing import TypeVar
 
+from ._api.hosts import alias_parts
 from ._core.future import Future
 from ._core.lifecycle import subscribe, unsubscribe
 from ._core.process import maybe_runtime
 
-__all__ = ["future_from", "process_address", "resolved", "subscribe", "unsubscribe"]
+__all__ = ["alias_parts", "future_from", "process_address", "resolved", "subscribe", "unsubscribe"]
 
 T = TypeVar("T")
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from monarch_actor.extension import alias_parts as split_alias
 from monarch_transport import Address
 
 from ._errors import WorkerAddressError
@@ -47,15 +48,6 @@ def expand_placeholders(address: str) -> str:
     if "{fqdn}" in address:
         address = address.replace("{fqdn}", socket.getfqdn())
     return address
-
-
-def split_alias(address: str) -> tuple[str, str]:
-    """``DIAL@BIND`` -> (where controllers dial, where to listen); a plain
-    address is both."""
-    dial, at, bind = address.rpartition("@")
-    if at and "://" in dial and "://" in bind:
-        return dial, bind
-    return address, address
 
 
 def _parse(text: str, whole: str) -> Address:

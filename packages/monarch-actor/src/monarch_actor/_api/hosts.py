@@ -35,6 +35,7 @@ __all__ = [
     "TRUST_ALL",
     "attach_to_workers",
     "configure_security",
+    "alias_parts",
     "split_alias",
 ]
 
@@ -119,15 +120,22 @@ def _pem_file(value: Any, path: Path, what: str) -> str:
     raise ValueError(f"{what}= is PEM bytes or the path of a PEM file, got {value!r}")
 
 
+def alias_parts(address: str) -> tuple[str, str]:
+    """``DIAL@BIND`` -> (where peers dial, where to listen), as written; a
+    plain address is both."""
+    dial, at, bind = address.rpartition("@")
+    if at and "://" in dial and "://" in bind:
+        return dial, bind
+    return address, address
+
+
 def split_alias(address: str, tls: bool = False) -> tuple[str, str]:
-    """``dial@bind`` -> (where peers dial, where to listen); a plain address
-    is both. With ``tls``, ``tcp://`` addresses become ``tls+tcp://``."""
+    """``dial@bind`` -> (where peers dial, where to listen), canonical; a
+    plain address is both. With ``tls``, ``tcp://`` addresses become ``tls+tcp://``."""
     if not isinstance(address, str) or not address:
         raise TypeError(f"a worker address is a str such as 'tcp://host:port', got {address!r}")
-    tail = address.rpartition("@")
-    if "://" in tail[2] and "://" in tail[0]:
-        return _canonical(tail[0], tls), _canonical(tail[2], tls)
-    return _canonical(address, tls), _canonical(address, tls)
+    dial, bind = alias_parts(address)
+    return _canonical(dial, tls), _canonical(bind, tls)
 
 
 def _canonical(text: str, tls: bool = False) -> str:

@@ -185,6 +185,42 @@ def test_broadcasts_travel_down_a_tree():
     assert out.strip() == str([5, 5, 5, 6, 6, 6, 5, 5, 5])
 
 
+def test_a_direct_call_never_overtakes_an_earlier_broadcast():
+    """FIFO per (sender, actor) holds across paths: a broadcast that reaches
+    an actor through the tree's forwarders arrives before a later call_one
+    that goes straight to it."""
+    script = run_script(
+        """
+        class Count(Actor):
+            def __init__(self):
+                self.n = 0
+            @endpoint
+            def bump(self) -> None:
+                self.n += 1
+            @endpoint
+            def get(self) -> int:
+                return self.n
+
+        procs = this_host().spawn_procs(per_host={"gpus": 7})
+        counts = procs.spawn("counts", Count)
+        counts.get.call().get()
+        late = []
+        for i in range(1, 151):
+            counts.bump.broadcast()
+            for rank in (6, 4, 2):  # leaves of the fan-out-2 tree
+                seen = counts.slice(gpus=rank).get.call_one().get()
+                if seen != i:
+                    late.append((i, rank, seen))
+        print("late", late[:5], len(late), flush=True)
+        procs.stop().get()
+        """,
+        env={**os.environ, "MONARCH_CAST_FANOUT": "2"},
+    )
+    out, err = script.communicate(timeout=120)
+    assert script.returncode == 0, err
+    assert out.strip() == "late [] 0"
+
+
 def test_stopping_a_slice_stops_only_its_processes():
     from actors import Probe
 

@@ -10,6 +10,7 @@ __all__ = [
     "attach_timeout",
     "cast_fanout",
     "cleanup_timeout",
+    "order_gap_wait",
     "heartbeat_deadline",
     "host_deadline",
 ]
@@ -66,3 +67,10 @@ def attach_timeout() -> float:
 def cleanup_timeout() -> float:
     """Seconds an actor's ``__cleanup__`` (and stopping the meshes it owns) may take."""
     return _seconds("MONARCH_CLEANUP_TIMEOUT", 5.0)
+
+
+def order_gap_wait() -> float:
+    """Seconds a missing message may hold up later ones from the same sender
+    to the same actor (only a message lost with a process that forwarded it
+    goes missing)."""
+    return _seconds("MONARCH_ORDER_GAP_WAIT", 30.0)

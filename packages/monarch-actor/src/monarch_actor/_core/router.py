@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,8 +38,9 @@ from monarch_transport import (
     encode_header,
 )
 
-from .config import cast_fanout
+from .config import cast_fanout, order_gap_wait
 from .errors import SupervisionError
+from .ordering import InOrder, Numbering
 from .wire import Key, Kind, port_header
 
 __all__ = ["Frames", "Handler", "Runtime"]
@@ -215,6 +217,11 @@ class Runtime:
         self.handlers: dict[str, Handler] = {Kind.PORT: self._to_port}
         self.services: dict[type[Any], Any] = {}
         self.fanout = cast_fanout()
+        # actor messages are numbered per (address, actor), so that one sent
+        # straight to a process cannot overtake one still in a multicast tree
+        self.origin = secrets.token_hex(8)
+        self.numbering = Numbering()
+        self.in_order = InOrder(self._deliver_call, loop.call_later, order_gap_wait())
         # A message to a new peer waits for its connection; a later message
         # to another peer, on a connection that is up, could otherwise reach
         # that first peer sooner through a multicast tree's forwarders. So
@@ -359,8 +366,11 @@ class Runtime:
         delivers locally and forwards to its own children."""
         s = shape.ndslice
         header[Key.SHAPE] = [shape.labels, s.offset, s.sizes, s.strides]
+        header[Key.ORIGIN] = self.origin
+        seqs = self.numbering.take(addresses, header[Key.ACTOR])
         for branch in self._children(0, addresses):
-            self._send_branch(header, frames, branch, addresses[branch.first : branch.stop], batch)
+            lo, hi = branch.first, branch.stop
+            self._send_branch(header, frames, branch, addresses[lo:hi], seqs[lo:hi], batch)
 
     def _children(self, start: int, addresses: Sequence[str]) -> list[Branch]:
         """Where a message for ``addresses`` (positions ``start`` on) goes
@@ -390,19 +400,21 @@ class Runtime:
         frames: Frames,
         branch: Branch,
         addresses: Sequence[str],
+        seqs: Sequence[int],
         batch: bool = False,
     ) -> None:
         sub = dict(header)
         sub[Key.BRANCH] = [branch.first, branch.stop]
         sub[Key.DESTS] = list(addresses)
+        sub[Key.SEQS] = list(seqs)
         self.send_frames(addresses[0], [encode_header(sub), *frames[1:]], batch)
 
     def _forward(self, header: dict[str, Any], frames: Frames) -> None:
         first = header[Key.BRANCH][0]
-        addresses = header[Key.DESTS]
+        addresses, seqs = header[Key.DESTS], header[Key.SEQS]
         for child in self._children(first + 1, addresses[1:]):
             lo, hi = child.first - first, child.stop - first
-            self._send_branch(header, frames, child, addresses[lo:hi])
+            self._send_branch(header, frames, child, addresses[lo:hi], seqs[lo:hi])
 
     # -- ports -------------------------------------------------------------------------
 
@@ -442,6 +454,7 @@ class Runtime:
             self.peer_lost(address, reason)
 
     def peer_lost(self, address: str, reason: str) -> None:
+        self.numbering.forget(address)
         for hook in self.lost_hooks:
             hook(address, reason)
         for entry in list(self.ports.values()):
@@ -454,6 +467,8 @@ class Runtime:
             header = decode_header(frames)
         except TransportError:
             return
+        if header.get(Key.KIND) == Kind.CALL:
+            self._skip_branch(header)
         port = header.get(Key.REPLY_TO)
         if port is not None and header.get(Key.KIND) == Kind.CALL:
             error = SupervisionError(
@@ -467,6 +482,20 @@ class Runtime:
             log.debug("a host request for %s was not delivered: %s", address, reason)
         else:
             log.warning("dropped a message for %s: %s", address, reason)
+
+    def _skip_branch(self, header: dict[str, Any]) -> None:
+        """A message for a branch could not reach its first process: the rest
+        of the branch will not get it either, and must not wait for it."""
+        for address, n in zip(header[Key.DESTS][1:], header[Key.SEQS][1:], strict=True):
+            if address:
+                skip = {
+                    Key.KIND: Kind.SKIP,
+                    Key.ORIGIN: header[Key.ORIGIN],
+                    Key.ACTOR: header[Key.ACTOR],
+                    Key.DESTS: [address],
+                    Key.SEQS: [n],
+                }
+                self.send(address, skip, None)
 
     # -- receiving ----------------------------------------------------------------------
 
@@ -506,9 +535,23 @@ class Runtime:
             first, stop = header[Key.BRANCH]
             if stop - first > 1:
                 self._forward(header, frames)
+            stream = (header[Key.ORIGIN], header[Key.DESTS][0], header[Key.ACTOR])
+            self.in_order.arrive(stream, header[Key.SEQS][0], header, frames)
+            return
+        if kind == Kind.SKIP:
+            stream = (header[Key.ORIGIN], header[Key.DESTS][0], header[Key.ACTOR])
+            self.in_order.skip(stream, header[Key.SEQS][0])
+            return
         handler = self.handlers.get(kind)
         if handler is None:
             log.warning("dropped a message of unknown kind %r", kind)
+        else:
+            handler(header, frames)
+
+    def _deliver_call(self, header: dict[str, Any], frames: Frames) -> None:
+        handler = self.handlers.get(Kind.CALL)
+        if handler is None:
+            log.warning("dropped an actor message: this process hosts no actors")
         else:
             handler(header, frames)
 

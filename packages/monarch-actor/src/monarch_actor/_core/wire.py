@@ -34,6 +34,7 @@ class Kind(StrEnum):
     SINGLETON = "n"  # get_or_spawn_controller, asked of the controller
     HOST = "w"  # a controller asks a worker's host agent (spawn, kill, stop, shutdown)
     HOST_EVENT = "e"  # a worker tells its controller (spawned, exited, alive, stopped)
+    SKIP = "z"  # a sender's numbered message for an actor here will never come (see ordering)
 
 
 class Op(StrEnum):
@@ -56,6 +57,8 @@ class Key:
     REPLY_TO = "p"  # [address, port id] of the caller's port; absent: nobody waits
     BRANCH = "b"  # [first, stop): the positions this message's subtree covers
     DESTS = "d"  # the addresses of positions first..stop-1
+    ORIGIN = "og"  # the sending process's id (its numbering of messages, see ordering)
+    SEQS = "sq"  # the message's number for each of DESTS (per address and actor)
     SHAPE = "s"  # [labels, offset, sizes, strides] of the mesh the message was sent to
     WHY = "why"  # the reason of a stop
     PLAIN = "plain"  # a method without @endpoint (as_endpoint)

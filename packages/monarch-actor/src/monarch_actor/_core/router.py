@@ -54,7 +54,6 @@ S = TypeVar("S")
 # (pipelined calls): the loop then gathers the burst into few writes.
 BURST_GAP = 50e-6  # seconds
 EXIT_REPORT_GRACE = 1.0  # seconds a lost connection waits for its process's exit status
-HOLD_MAX = 0.5  # seconds other messages wait at most for a first connection (see Runtime.held)
 
 
 class PortEntry:
@@ -150,11 +149,6 @@ class Outbox:
         self.runtime.loop.create_task(self._drain())
 
     async def _drain(self) -> None:
-        first_contact = self.sender is None
-        if first_contact:  # until its first messages are out, later ones elsewhere wait
-            self.runtime.connecting.add(self)
-            # bounded: a peer slow to answer does not hold everyone else up
-            self.runtime.loop.call_later(HOLD_MAX, self.runtime.connected, self)
         try:
             if self.sender is None:
                 self.sender = await connect(self.address)
@@ -167,8 +161,6 @@ class Outbox:
             self.fail(f"cannot reach {self.address}: {error}")
         finally:
             self.draining = False
-            if first_contact:
-                self.runtime.connected(self)
 
     async def _watch(self, sender: Sender) -> None:
         reason = await sender.wait_closed()
@@ -222,13 +214,6 @@ class Runtime:
         self.origin = secrets.token_hex(8)
         self.numbering = Numbering()
         self.in_order = InOrder(self._deliver_call, loop.call_later, order_gap_wait())
-        # A message to a new peer waits for its connection; a later message
-        # to another peer, on a connection that is up, could otherwise reach
-        # that first peer sooner through a multicast tree's forwarders. So
-        # while a first connection is being made, messages to other peers
-        # are held here, in order, and leave once it is up.
-        self.connecting: set[Outbox] = set()
-        self.held: collections.deque[tuple[str, Frames]] = collections.deque()
         self._host_keys: dict[tuple[str, ...], list[str] | None] = {}
         self.stopped = asyncio.Event()
         # told (on the loop) of every peer whose connection broke: (address, reason)
@@ -293,29 +278,8 @@ class Runtime:
 
     # -- sending ---------------------------------------------------------------------
 
-    def connected(self, outbox: Outbox) -> None:
-        """``outbox``'s first messages are out (or it failed): once no first
-        connection is pending, the messages held meanwhile leave, in order."""
-        self.connecting.discard(outbox)
-        while self.held and not self.connecting:
-            self._post(*self.held.popleft())
-
     def post(self, address: str, frames: Frames) -> None:
-        """Send one message (on the loop). To this process, it is dispatched at once."""
-        if (self.connecting or self.held) and self._waits(address):
-            self.held.append((address, frames))
-            return
-        self._post(address, frames)
-
-    def _waits(self, address: str) -> bool:
-        """Whether a message for ``address`` must wait for a first connection:
-        it goes to another process, not through the one being connected."""
-        if not address or address == self.address or address in self.aliases:
-            return False
-        outbox = self.outboxes.get(address)
-        return outbox is None or outbox not in self.connecting
-
-    def _post(self, address: str, frames: Frames) -> None:
+        """Send one message (on the loop). To this process, it is dispatched soon."""
         if address == self.address or address in self.aliases:
             # the sender keeps its buffers: a local receiver gets copies, as a remote one would
             local = (
@@ -343,7 +307,7 @@ class Runtime:
         hurry, see ``Outbox.from_thread``)."""
         if self.on_loop():
             self.post(address, frames)
-        elif address == self.address or not address or address in self.aliases or self.connecting:
+        elif address == self.address or not address or address in self.aliases:
             self.loop.call_soon_threadsafe(self.post, address, frames)
         else:
             outbox = self.outboxes.get(address)

@@ -17,10 +17,11 @@ Monarch's ``monarch.job`` re-exports these names.
 from ._config import hosts_from_config, parse_worker_list
 from ._current import load_current_job, set_current_job
 from ._errors import JobError, LauncherError, Unsupported, WorkerAddressError
-from ._exec import exec_command, shell
+from ._exec import exec_command
 from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait, LocalJob, job_load, job_loads
 from ._kubernetes import ImageSpec, KubeConfig, KubernetesJob
 from ._process import ProcessJob
+from ._shell import shell
 from ._slurm import SlurmJob
 from ._worker import check_worker_address, worker_command
 

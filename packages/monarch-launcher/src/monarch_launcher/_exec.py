@@ -7,20 +7,23 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from monarch_actor import Actor, Future, HostMesh, current_rank, endpoint, returns_future
 
-from ._errors import Unsupported
-
-__all__ = ["CommandActor", "exec_command", "shell"]
+__all__ = ["CommandActor", "client_workdir", "exec_command", "rank_env"]
 
 
-def _rank_env() -> dict[str, str]:
+def rank_env() -> dict[str, str]:
+    """``MONARCH_RANK_<DIM>`` and ``MONARCH_SIZE_<DIM>`` of the calling actor."""
     point = current_rank()
     env = {f"MONARCH_RANK_{k.upper()}": str(v) for k, v in dict(point).items()}
     env.update({f"MONARCH_SIZE_{k.upper()}": str(n) for k, n in point.extent.items()})
     return env
+
+
+def client_workdir(client_cwd: str | None) -> str | None:
+    """The controller's working directory, if this host has it too."""
+    return client_cwd if client_cwd and os.path.isdir(client_cwd) else None
 
 
 class CommandActor(Actor):
@@ -38,8 +41,8 @@ class CommandActor(Actor):
         """Run ``cmd`` (a Python script or ``-m module`` with this proc's
         interpreter, anything else as a program); return its status and, unless
         ``output_dir`` takes it, its output."""
-        merged = {**os.environ, **_rank_env(), **(env or {})}
-        cwd = workdir or (client_cwd if client_cwd and os.path.isdir(client_cwd) else None)
+        merged = {**os.environ, **rank_env(), **(env or {})}
+        cwd = workdir or client_workdir(client_cwd)
         argv = list(cmd)
         if argv and (argv[0].endswith(".py") or argv[0] == "-m"):
             argv = [sys.executable, *argv]
@@ -109,11 +112,3 @@ def exec_command(
 
     result: Future[int] = run()
     return result
-
-
-def shell(host_mesh: Any, *, env: dict[str, str] | None = None, workdir: str | None = None) -> int:
-    """Not available yet: an interactive shell on one host of a mesh."""
-    raise Unsupported(
-        "shell() is not available in Monarch in Python yet: use exec_command(hosts, ['cmd', ...]) "
-        "to run commands on the hosts"
-    )

@@ -1,0 +1,124 @@
+"""shell(): a real shell on a real pseudo-terminal in a proc, driven by a
+controller script in a subprocess, its input a pipe or a terminal of its own
+(a pty made here). Every wait reads output until a marker, with a deadline."""
+
+import fcntl
+import os
+import pty
+import select
+import struct
+import subprocess
+import sys
+import termios
+import textwrap
+import time
+
+import pytest
+
+from monarch_launcher import hosts_from_config, shell
+
+CLIENT = textwrap.dedent(
+    """
+    import sys, termios
+    from monarch.actor import this_host
+    from monarch.job import shell
+
+    tty = sys.stdin.isatty()
+    before = termios.tcgetattr(0) if tty else None
+    code = shell(this_host(), env={"GREETING": "hi there"}, workdir=sys.argv[1] or None)
+    if tty:
+        print("RESTORED", termios.tcgetattr(0) == before, flush=True)
+    print("STATUS", code, flush=True)
+    """
+)
+
+
+def run_client(tmp_path, stdin: str, workdir: str = "") -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    return subprocess.run(
+        [sys.executable, str(script), workdir],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_piped_input_runs_in_the_shell_and_its_status_comes_back(tmp_path):
+    here = tmp_path / "work"
+    here.mkdir()
+    script = 'echo "[$GREETING]"\npwd\necho oops >&2\nexit 7\n'
+    done = run_client(tmp_path, script, str(here))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[hi there]", str(here), "STATUS 7"]
+    assert "oops" in done.stderr
+
+
+def test_the_end_of_piped_input_ends_the_shell(tmp_path):
+    done = run_client(tmp_path, "echo before-eof; false")  # no newline, no exit
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["before-eof", "STATUS 1"]
+
+
+def read_until(fd: int, marker: bytes | None, seen: bytearray, deadline: float) -> str:
+    """Read the terminal into ``seen`` until ``marker`` shows (``None``: until
+    the client has exited and the terminal closes)."""
+    while marker is None or marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {marker!r} in time; saw:\n{seen.decode(errors='replace')}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the client exited
+                chunk = b""
+            if not chunk:
+                assert marker is None, f"output ended before {marker!r}:\n{seen.decode()}"
+                break
+            seen += chunk
+    return seen.decode(errors="replace")
+
+
+def test_a_terminal_gets_a_real_tty_with_its_size_and_is_restored(tmp_path):
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    pid, fd = pty.fork()
+    if pid == 0:  # the controller, with this pty as its terminal
+        os.execv(sys.executable, [sys.executable, str(script), ""])
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+        deadline = time.monotonic() + 90
+        seen = bytearray()
+        os.write(fd, b"stty size; tty; echo MARK-$((40+2))\n")
+        text = read_until(fd, b"MARK-42", seen, deadline)
+        assert "33 101" in text
+        assert "/dev/pts/" in text
+        os.write(fd, b"exit 3\n")
+        text = read_until(fd, None, seen, deadline)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert "RESTORED True" in text, text
+    assert "STATUS 3" in text, text
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_proc_that_dies_ends_the_session_loudly(tmp_path):
+    # the shell's parent is the proc serving it
+    done = run_client(tmp_path, "kill -9 $PPID\nsleep 60\n")
+    assert done.returncode != 0
+    assert "STATUS" not in done.stdout
+    assert "monarch_shell" in done.stderr and "SIGKILL" in done.stderr, done.stderr
+
+
+def test_a_mesh_of_more_than_one_host_is_refused(in_tmp, monkeypatch):
+    monkeypatch.delenv("MONARCH_HOSTS", raising=False)
+    hosts = hosts_from_config("MONARCH_HOSTS")  # two local workers
+    try:
+        with pytest.raises(ValueError, match="slice the mesh to one host first"):
+            shell(hosts)
+    finally:
+        hosts.shutdown().get(timeout=60)
+    with pytest.raises(TypeError, match="HostMesh"):
+        shell("localhost")  # type: ignore[arg-type]

@@ -1,22 +1,21 @@
 """SlurmJob: the batch script it writes (plain unit tests), and its whole
-life against Slurm: a stand-in (fakeslurm.py: real bash, real worker
-processes on loopback "nodes") always, a real Slurm where ``sbatch`` is on
-PATH."""
+life against a real Slurm where one answers (``tools/slurm-cluster start``
+makes one on this machine, as CI does: nodes n0 and n1, both at 127.0.0.1,
+so their workers take consecutive ports)."""
 
 import contextlib
 import os
 import random
 import shutil
 import socket
-import stat
 import subprocess
 import sys
+import time
 
 import pytest
 from launcher_actors import Probe
 
 from monarch_launcher import JobError, SlurmJob, Unsupported, job_load
-from monarch_launcher._procutil import LocalProcess
 from monarch_launcher._slurm import slurm_worker_addresses
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -191,201 +190,161 @@ def test_without_slurm_apply_says_where_to_run(tmp_path, monkeypatch):
         SlurmJob({"a": 1}, log_dir=str(tmp_path)).apply()
 
 
-# -- against the stand-in ------------------------------------------------------------------
+# -- against a real Slurm ------------------------------------------------------------------
+
+needs_slurm = pytest.mark.skipif(NO_REAL_SLURM is not None, reason=str(NO_REAL_SLURM))
+
+
+def cluster_nodes() -> int:
+    done = subprocess.run(["sinfo", "-h", "-o", "%D"], capture_output=True, text=True, timeout=30)
+    return sum(int(n) for n in done.stdout.split())
+
+
+def queued_state(job_id: str) -> str | None:
+    """The job's state as squeue reports it, or None once it has left the queue."""
+    done = subprocess.run(
+        ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30
+    )
+    return done.stdout.strip() or None
+
+
+def wait_left_queue(job_id: str, timeout: float = 60) -> str | None:
+    """Poll (bounded) until the job is neither pending nor running; its last state."""
+    deadline = time.monotonic() + timeout
+    state = queued_state(job_id)
+    while (
+        state in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING") and time.monotonic() < deadline
+    ):
+        time.sleep(0.2)  # squeue is the only way to learn a state change; bounded above
+        state = queued_state(job_id)
+    return state
 
 
 @pytest.fixture
-def fake_slurm(tmp_path, monkeypatch):
-    """fakeslurm.py's commands first on PATH, with two loopback nodes."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for command in ("sbatch", "squeue", "scontrol", "scancel", "srun"):
-        path = bin_dir / command
-        path.write_text(
-            f'#!/bin/sh\nexec "{sys.executable}" "{HERE}/fakeslurm.py" {command} "$@"\n'
-        )
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
-    monkeypatch.setenv("FAKE_SLURM_NODES", "n0,n1")
-    monkeypatch.setenv("FAKE_SLURM_ADDRS", "127.0.0.1,127.0.0.2")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+def slurm_dir(tmp_path, monkeypatch):
+    """A folder to run in (the job cache goes to .monarch/ there); every job
+    the test leaves queued is cancelled afterwards."""
     monkeypatch.chdir(tmp_path)
-    return tmp_path
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    jobs: list[SlurmJob] = []
+    yield tmp_path, jobs.append
+    for job in jobs:
+        if job.slurm_job_id is not None:
+            subprocess.run(["scancel", job.slurm_job_id], capture_output=True, timeout=30)
 
 
-def batch_process(tmp_path, job_id):
-    import json
-
-    data = json.loads((tmp_path / "slurm" / f"{job_id}.json").read_text())
-    return LocalProcess(data["pid"], None)
-
-
-def test_a_job_waits_for_its_allocation_attaches_to_every_node_and_is_cancelled(
-    fake_slurm, monkeypatch
-):
-    monkeypatch.setenv("FAKE_SLURM_PENDING", "2")
-    job = SlurmJob(
-        {"trainers": 1, "dataloaders": 1},
+def job_for(meshes, folder, **kwargs) -> SlurmJob:
+    kwargs.setdefault("monarch_port", free_port(2))
+    return SlurmJob(
+        meshes,
         python_exe=sys.executable,
-        monarch_port=free_port(),
-        log_dir=str(fake_slurm / "logs"),
+        log_dir=str(folder),
+        exclusive=False,
+        time_limit="00:10:00",
+        **kwargs,
     )
+
+
+@needs_slurm
+def test_a_real_slurm_job_runs_actors_on_every_node_and_is_cancelled(slurm_dir):
+    folder, track = slurm_dir
+    two = cluster_nodes() >= 2
+    meshes = {"trainers": 1, "dataloaders": 1} if two else {"trainers": 1}
+    job = job_for(meshes, folder, job_start_timeout=300)
+    track(job)
     state = job.state()
-    assert job.slurm_job_id is not None
-    assert dict(state.trainers.extent.items()) == {"hosts": 1}
-    assert job._hostnames == ["n0", "n1"]  # the allocation's nodes, in order
-    probes = state.dataloaders.spawn_procs(per_host={"gpus": 2}).spawn("p", Probe)
-    assert len(probes.pid.call().get(timeout=60)) == 2
-    # the second mesh got the second node
-    assert set(probes.env.call("SLURMD_NODENAME").get(timeout=30).values()) == {"n1"}
-    secrets = probes.env.call("MONARCH_JOB_SECRET").get(timeout=30)
-    assert set(secrets.values()) == {os.environ["MONARCH_JOB_SECRET"]}  # through sbatch's env
+    seen = {}
+    for name in meshes:
+        probes = getattr(state, name).spawn_procs(per_host={"gpus": 2}).spawn("p", Probe)
+        assert len(probes.pid.call().get(timeout=120)) == 2
+        seen[name] = set(probes.env.call("SLURMD_NODENAME").get(timeout=60).values())
+        secrets = set(probes.env.call("MONARCH_JOB_SECRET").get(timeout=60).values())
+        assert secrets == {os.environ["MONARCH_JOB_SECRET"]}  # through sbatch's environment
+    assert sorted(n for names in seen.values() for n in names) == sorted(job._hostnames)
     assert job_load().slurm_job_id == job.slurm_job_id  # cached for the next run
-    assert (
-        SlurmJob(
-            {"trainers": 1, "dataloaders": 1},
-            python_exe=sys.executable,
-            monarch_port=job._port,
-            log_dir=str(fake_slurm / "logs"),
-        ).can_run(job)
-        is False
-    )  # a spec cannot run a job; the running job can run the spec
-    assert job.can_run(
-        SlurmJob(
-            {"trainers": 1, "dataloaders": 1},
-            python_exe=sys.executable,
-            monarch_port=job._port,
-            log_dir=str(fake_slurm / "logs"),
-        )
-    )
-    batch = batch_process(fake_slurm, job.slurm_job_id)
+    again = job_for(meshes, folder, monarch_port=job._port, job_start_timeout=300)
+    assert again.can_run(job) is False  # a spec cannot run a job...
+    assert job.can_run(again)  # ...the running job can run the spec
+    job_id = job.slurm_job_id
     job.kill()
-    assert batch.wait_exit(30)
     assert not job.active
+    assert wait_left_queue(job_id) in (None, "CANCELLED")
 
 
-def test_nodes_sharing_a_machine_serve_on_consecutive_ports(fake_slurm, monkeypatch):
-    monkeypatch.setenv("FAKE_SLURM_ADDRS", "127.0.0.1,127.0.0.1")  # like tools/slurm-cluster
-    port = free_port(2)
-    job = SlurmJob(
-        {"hosts": 2}, python_exe=sys.executable, monarch_port=port, log_dir=str(fake_slurm)
-    )
-    hosts = job.state(cached_path=None).hosts
-    assert job.worker_addresses(job._hostnames) == [
-        f"tcp://127.0.0.1:{port}",
-        f"tcp://127.0.0.1:{port + 1}",
-    ]
-    nodes = hosts.spawn_procs().spawn("p", Probe).env.call("SLURMD_NODENAME").get(timeout=60)
-    assert {point["hosts"]: node for point, node in nodes.items()} == {0: "n0", 1: "n1"}
-    job.kill()
-
-
-def test_a_worker_outside_a_slurm_step_says_so():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
-    done = subprocess.run(
-        [sys.executable, "-m", "monarch_launcher", "worker", "--slurm-port", "1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    assert done.returncode == 1 and "only in a Slurm job step" in done.stderr
-
-
-def test_a_job_that_cannot_start_in_time_is_cancelled(fake_slurm, monkeypatch):
-    monkeypatch.setenv("FAKE_SLURM_PENDING", "100000")
-    job = SlurmJob(
-        {"hosts": 1},
-        python_exe=sys.executable,
-        monarch_port=free_port(),
-        job_start_timeout=1,
-        log_dir=str(fake_slurm),
-    )
+@needs_slurm
+def test_a_held_job_is_cancelled_when_it_cannot_start_in_time(slurm_dir):
+    folder, track = slurm_dir
+    job = job_for({"hosts": 1}, folder, job_start_timeout=2, slurm_args=["--hold"])
+    track(job)
     job.apply()
     job_id = job.slurm_job_id
-    with pytest.raises(JobError, match=f"job {job_id} did not start within job_start_timeout=1"):
+    with pytest.raises(JobError) as caught:
         job._state()
-    assert batch_process(fake_slurm, job_id).wait_exit(30)  # cancelled
+    message = str(caught.value)
+    assert f"job {job_id} did not start within job_start_timeout=2" in message
+    assert "PENDING" in message and "JobHeld" in message  # Slurm's own reason
+    assert wait_left_queue(job_id) in (None, "CANCELLED")
 
 
-def test_a_job_that_failed_says_so_with_its_error_output(fake_slurm, monkeypatch):
-    monkeypatch.setenv("FAKE_SLURM_STATE", "FAILED")
+@needs_slurm
+def test_more_nodes_than_the_partition_has_fail_at_once(slurm_dir):
+    folder, track = slurm_dir
+    nodes = cluster_nodes()
+    job = job_for({"hosts": nodes + 1}, folder)  # no job_start_timeout: it would wait forever
+    track(job)
+    job.apply()  # Slurm queues it (PartitionNodeLimit)
+    job_id = job.slurm_job_id
+    with pytest.raises(JobError, match=f"asks for {nodes + 1} nodes.*has {nodes}.*cancelled"):
+        job._state()
+    assert wait_left_queue(job_id) in (None, "CANCELLED")
+
+
+@needs_slurm
+def test_a_partition_that_does_not_exist_is_refused(slurm_dir):
+    folder, track = slurm_dir
+    job = job_for({"hosts": 1}, folder, partition="no_such_partition")
+    track(job)
+    with pytest.raises(JobError, match=r"sbatch refused the job.*(?i:invalid partition)"):
+        job.apply()
+
+
+@needs_slurm
+def test_a_job_whose_workers_cannot_start_says_why(slurm_dir):
+    folder, track = slurm_dir
     job = SlurmJob(
         {"hosts": 1},
         python_exe="/no/such/python",
-        monarch_port=free_port(),
-        log_dir=str(fake_slurm),
+        log_dir=str(folder),
+        exclusive=False,
+        monarch_port=free_port(2),
+        job_start_timeout=120,
     )
+    track(job)
     job.apply()
-    assert batch_process(fake_slurm, job.slurm_job_id).wait_exit(30)
-    with pytest.raises(JobError, match=r"(?s)ended \(FAILED\).*/no/such/python"):
+    with pytest.raises(JobError, match=r"(?s)before its workers could be reached.*/no/such/python"):
         job._state()
     assert not job.can_run(job)
 
 
-def test_sbatch_refusing_the_job_is_reported(fake_slurm):
-    job = SlurmJob({"hosts": 3}, python_exe=sys.executable, log_dir=str(fake_slurm))
-    with pytest.raises(JobError, match=r"sbatch refused the job.*Requested node configuration"):
-        job.apply()
-    assert not job.active
-
-
-def test_a_batch_run_executes_the_client_inside_the_allocation(fake_slurm):
-    (fake_slurm / "client.py").write_text(
+@needs_slurm
+def test_a_batch_run_executes_the_client_inside_the_allocation(slurm_dir):
+    folder, track = slurm_dir
+    port = free_port(2)
+    (folder / "client.py").write_text(
         "from monarch_launcher import SlurmJob\n"
         "from launcher_actors import Probe\n"
         "import sys\n"
-        f"job = SlurmJob({{'hosts': 2}}, python_exe=sys.executable, monarch_port=PORT,\n"
-        f"               log_dir={str(fake_slurm)!r})\n"
+        f"job = SlurmJob({{'hosts': 1}}, python_exe=sys.executable, monarch_port={port},\n"
+        f"               log_dir={str(folder)!r}, exclusive=False, time_limit='00:10:00')\n"
         "state = job.state()\n"
-        "pids = state.hosts.spawn_procs().spawn('p', Probe).pid.call().get(timeout=60)\n"
-        "print('client saw', len(pids), 'procs')\n"
+        "pids = state.hosts.spawn_procs(per_host={'gpus': 2}).spawn('p', Probe).pid.call()\n"
+        "print('client saw', len(pids.get(timeout=60)), 'procs', flush=True)\n"
         "state.hosts.shutdown().get(timeout=60)\n"
     )
-    port = free_port()
-    client = (fake_slurm / "client.py").read_text().replace("PORT", str(port))
-    (fake_slurm / "client.py").write_text(client)
-    job = SlurmJob(
-        {"hosts": 2}, python_exe=sys.executable, monarch_port=port, log_dir=str(fake_slurm)
-    )
+    job = job_for({"hosts": 1}, folder, monarch_port=port)
+    track(job)
     job.apply(client_script="client.py")
-    assert batch_process(fake_slurm, job.slurm_job_id).wait_exit(120)
-    (out,) = fake_slurm.glob(f"slurm_{job.slurm_job_id}_*.out")
-    assert "client saw 2 procs" in out.read_text(), out.read_text() + "".join(
-        p.read_text() for p in fake_slurm.glob("slurm_*.err")
-    )
-
-
-# -- against a real Slurm ------------------------------------------------------------------
-
-
-@pytest.mark.skipif(NO_REAL_SLURM is not None, reason=str(NO_REAL_SLURM))
-def test_a_real_slurm_job_runs_actors_on_every_node(tmp_path, monkeypatch):
-    """Against a real Slurm (tools/slurm-cluster start gives one on this machine:
-    nodes n0 and n1, both at 127.0.0.1, so their workers take consecutive ports)."""
-    monkeypatch.chdir(tmp_path)
-    nodes = int(
-        subprocess.run(
-            ["sinfo", "-h", "-o", "%D"], capture_output=True, text=True, timeout=30
-        ).stdout.split()[0]
-    )
-    meshes = {"trainers": 1, "dataloaders": 1} if nodes >= 2 else {"trainers": 1}
-    job = SlurmJob(
-        meshes,
-        python_exe=sys.executable,
-        monarch_port=free_port(2),
-        log_dir=str(tmp_path),
-        exclusive=False,
-        job_start_timeout=300,
-        time_limit="00:10:00",
-    )
-    try:
-        state = job.state(cached_path=None)
-        seen = {}
-        for name in meshes:
-            probes = getattr(state, name).spawn_procs().spawn("p", Probe)
-            seen[name] = set(probes.env.call("SLURMD_NODENAME").get(timeout=120).values())
-        assert sorted(n for names in seen.values() for n in names) == sorted(job._hostnames)
-    finally:
-        job.kill()
+    assert wait_left_queue(job.slurm_job_id, timeout=180) in (None, "COMPLETED")
+    (out,) = folder.glob(f"slurm_{job.slurm_job_id}_*.out")
+    errors = "".join(p.read_text() for p in folder.glob("slurm_*.err"))
+    assert "client saw 2 procs" in out.read_text(), out.read_text() + errors

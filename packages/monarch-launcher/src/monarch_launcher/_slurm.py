@@ -440,6 +440,8 @@ class SlurmJob(JobTrait):
                     now - started,
                 )
                 last_state, last_report = state, now
+            if state == "PENDING" and reason == "PartitionNodeLimit":
+                self._check_fits(job_id)
             if timeout is not None and now - started >= timeout:
                 self._kill()
                 raise JobError(
@@ -449,6 +451,24 @@ class SlurmJob(JobTrait):
                 )
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    def _check_fits(self, job_id: str) -> None:
+        """A job pending on its partition's node limit that asks for more
+        nodes than the partition has will never start: say so now."""
+        done = _run(["squeue", "-h", "-j", job_id, "-o", "%P"], what="SlurmJob")
+        partition = done.stdout.strip()
+        if done.returncode != 0 or not partition:
+            return
+        done = _run(["sinfo", "-h", "-p", partition, "-o", "%D"], what="SlurmJob")
+        counts = [int(n) for n in done.stdout.split() if n.isdigit()]
+        if done.returncode != 0 or not counts or self.num_nodes <= sum(counts):
+            return  # the limit may be nodes down or drained for now: keep waiting
+        self._kill()
+        raise JobError(
+            f"Slurm job {job_id} asks for {self.num_nodes} nodes, but partition {partition!r} "
+            f"has {sum(counts)}: it can never start, so it was cancelled. Ask for fewer nodes "
+            "(the meshes' sizes add up) or pick a larger partition"
+        )
 
     def _state(self) -> JobState:
         if not self._hostnames:

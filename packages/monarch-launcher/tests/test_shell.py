@@ -20,8 +20,8 @@ from monarch_launcher import hosts_from_config, shell
 CLIENT = textwrap.dedent(
     """
     import sys, termios
-    from monarch.actor import this_host
-    from monarch.job import shell
+    from monarch_actor import this_host
+    from monarch_launcher import shell
 
     tty = sys.stdin.isatty()
     before = termios.tcgetattr(0) if tty else None

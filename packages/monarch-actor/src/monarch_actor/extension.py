@@ -20,11 +20,21 @@ import concurrent.futures
 from typing import TypeVar
 
 from ._api.hosts import alias_parts
+from ._core.extensions import EXTENSION_GROUP, extension
 from ._core.future import Future
 from ._core.lifecycle import subscribe, unsubscribe
 from ._core.process import maybe_runtime
 
-__all__ = ["alias_parts", "future_from", "process_address", "resolved", "subscribe", "unsubscribe"]
+__all__ = [
+    "EXTENSION_GROUP",
+    "alias_parts",
+    "extension",
+    "future_from",
+    "process_address",
+    "resolved",
+    "subscribe",
+    "unsubscribe",
+]
 
 T = TypeVar("T")
 

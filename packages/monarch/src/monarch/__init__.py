@@ -11,9 +11,35 @@ packages that implement it (``monarch_mesh``, ``monarch_transport``,
 7
 """
 
+from typing import Any
+
 from monarch_actor import Future
 from monarch_mesh import Extent, NDSlice, Point, Selection, Shape, Slice
 
-__all__ = ["Extent", "Future", "NDSlice", "Point", "Selection", "Shape", "Slice"]
+# distributed tensors (monarch-tensor, which imports torch): loaded on first use, as in Monarch
+_TENSOR_NAMES = (
+    "DeviceMesh",
+    "RemoteTensorError",
+    "Tensor",
+    "fetch_shard",
+    "get_active_mesh",
+    "inspect",
+    "no_mesh",
+    "reduce",
+    "reduce_",
+    "show",
+)
+
+__all__ = ["Extent", "Future", "NDSlice", "Point", "Selection", "Shape", "Slice", *_TENSOR_NAMES]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TENSOR_NAMES:
+        import monarch_tensor
+
+        value = getattr(monarch_tensor, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'monarch' has no attribute {name!r}")

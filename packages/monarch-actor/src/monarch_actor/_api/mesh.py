@@ -17,6 +17,7 @@ from monarch_mesh import Shape, Slice
 from monarch_transport import encode
 
 from .._core.errors import SupervisionError
+from .._core.extensions import extension
 from .._core.future import Future
 from .._core.gather import Gather
 from .._core.ports import Port
@@ -265,6 +266,13 @@ class ProcMesh(MeshOps):
     def initialized(self) -> Future[bool]:
         """Resolves to ``True`` once every process has started; raises if one failed to."""
         return when_started(self._table)
+
+    def activate(self) -> Any:
+        """A context manager under which torch operations make distributed
+        tensors on every process of this mesh (needs ``monarch-tensor``)."""
+        hook = extension("activate")
+        assert hook is not None
+        return hook(self)
 
     @property
     def host_mesh(self) -> HostMesh:

@@ -76,9 +76,7 @@ class InOrder:
 
     def arrive(self, stream: Stream, n: int, header: dict[str, Any], frames: Any) -> None:
         """Message number ``n`` of ``stream`` is here."""
-        waiting = self.streams.get(stream)
-        if waiting is None:
-            waiting = self.streams[stream] = _Waiting()
+        waiting = self._waiting(stream)
         if n == waiting.expected:
             waiting.expected += 1
             self._hand(header, frames)
@@ -99,15 +97,19 @@ class InOrder:
 
     def skip(self, stream: Stream, n: int) -> None:
         """Message number ``n`` of ``stream`` will never come."""
-        waiting = self.streams.get(stream)
-        if waiting is None:
-            waiting = self.streams[stream] = _Waiting()
+        waiting = self._waiting(stream)
         if n == waiting.expected:
             waiting.expected += 1
             self._release(stream, waiting)
         elif n > waiting.expected:
             waiting.held[n] = None
             self._arm(stream, waiting)
+
+    def _waiting(self, stream: Stream) -> _Waiting:
+        waiting = self.streams.get(stream)
+        if waiting is None:
+            waiting = self.streams[stream] = _Waiting()
+        return waiting
 
     def _hand(self, header: dict[str, Any], frames: Any) -> None:
         try:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from monarch_actor import attach_to_workers
+from monarch_actor import HostMesh, attach_to_workers
 
 from ._errors import JobError, Unsupported
 from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait
@@ -52,6 +52,9 @@ TERMINAL_STATES = frozenset(
 """Slurm job states after which the job's workers are gone."""
 
 _PROGRESS_EVERY = 30.0  # seconds between "still waiting" lines
+_COMMAND_TIMEOUT = 120.0  # seconds a Slurm command may take (it retries an unreachable slurmctld)
+_WORKERS_UP = frozenset({"RUNNING", "CONFIGURING"})  # job states in which workers can answer
+_NEVER_FITS = frozenset({"PartitionNodeLimit", "PartitionConfig"})  # reasons worth checking
 
 
 def _run(
@@ -62,7 +65,21 @@ def _run(
             f"{what} needs the Slurm command {cmd[0]!r}, which is not on PATH: run this on a "
             "machine of the Slurm cluster (a login node) or add Slurm's bin folder to PATH"
         )
-    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, check=False)
+    try:
+        return subprocess.run(
+            cmd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            timeout=_COMMAND_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise JobError(
+            f"{what}: `{shlex.join(cmd)}` did not finish within {_COMMAND_TIMEOUT:g} s: is the "
+            "Slurm controller (slurmctld) up and reachable from here? `sinfo` tells"
+        ) from None
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
@@ -207,6 +224,7 @@ class SlurmJob(JobTrait):
         self._hostnames: list[str] = []
         self._secret: str | None = None
         self._batch = False
+        self._fresh = False
         super().__init__()
 
     @staticmethod
@@ -242,9 +260,13 @@ class SlurmJob(JobTrait):
 
     @property
     def slurm_job_id(self) -> str | None:
-        """The Slurm job id once submitted (``$SLURM_JOB_ID`` inside a batch run)."""
+        """The Slurm job id once submitted (``$SLURM_JOB_ID`` inside a batch run);
+        for a spec that ``state()`` matched to a cached job, that job's id."""
         if self._slurm_job_id is not None:
             return self._slurm_job_id
+        running = self._running
+        if isinstance(running, SlurmJob) and running is not self:
+            return running.slurm_job_id
         return os.environ.get("SLURM_JOB_ID") if self._batch and _in_batch() else None
 
     def worker_addresses(self, nodes: Sequence[str]) -> list[str]:
@@ -361,6 +383,7 @@ class SlurmJob(JobTrait):
             raise JobError(f"could not read a job id from sbatch's output {done.stdout!r}")
         self._slurm_job_id = job_id
         self._hostnames = []
+        self._fresh = True  # submitted here, its workers not reached yet
         out, _ = self._log_paths(unique)
         log.info("Slurm job %s submitted; its output goes to %s", job_id, out.replace("%j", job_id))
 
@@ -378,11 +401,31 @@ class SlurmJob(JobTrait):
         return state.strip(), nodes.strip(), reason.strip()
 
     def _final_state(self, job_id: str) -> str:
+        """How the job ended, as Slurm tells: ``FAILED, NonZeroExitCode, exit
+        code 2:0`` from ``scontrol show job`` (which keeps a job for
+        MinJobAge seconds after it ends), else from ``sacct``, else ``finished``."""
+        done = _run(["scontrol", "show", "job", "-o", job_id], what="SlurmJob")
+        fields = dict(part.split("=", 1) for part in done.stdout.split() if "=" in part)
+        if done.returncode == 0 and fields.get("JobState"):
+            said = [fields["JobState"]]
+            if fields.get("Reason") not in (None, "", "None"):
+                said.append(fields["Reason"])
+            if fields.get("ExitCode") not in (None, "", "0:0"):
+                said.append(f"exit code {fields['ExitCode']}")
+            return ", ".join(said)
         if shutil.which("sacct") is None:
             return "finished"
         done = _run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], what="SlurmJob")
         state = done.stdout.strip().splitlines()[0].strip() if done.stdout.strip() else ""
-        return state or "finished"
+        return state if done.returncode == 0 and state else "finished"
+
+    def _ended(self, job_id: str) -> JobError:
+        """The error for a job that ended before its workers answered: how it
+        ended, as Slurm tells, and the end of its error output."""
+        return JobError(
+            f"Slurm job {job_id} ended ({self._final_state(job_id)}) before its workers "
+            f"answered{self._error_output(job_id)}"
+        )
 
     def _error_output(self, job_id: str) -> str:
         pattern = f"slurm_{job_id}_"
@@ -410,11 +453,7 @@ class SlurmJob(JobTrait):
         while True:
             found = self._query(job_id)
             if found is None:
-                state = self._final_state(job_id)
-                raise JobError(
-                    f"Slurm job {job_id} is no longer queued ({state}) before its workers could "
-                    f"be reached{self._error_output(job_id)}"
-                )
+                raise self._ended(job_id)
             state, nodelist, reason = found
             if state == "RUNNING":
                 nodes = expand_nodelist(nodelist)
@@ -426,10 +465,7 @@ class SlurmJob(JobTrait):
                 log.info("Slurm job %s runs on %s", job_id, ", ".join(nodes))
                 return nodes
             if state in TERMINAL_STATES or state.split()[0] in TERMINAL_STATES:
-                raise JobError(
-                    f"Slurm job {job_id} ended ({state}) before its workers could be reached"
-                    f"{self._error_output(job_id)}"
-                )
+                raise self._ended(job_id)
             now = time.monotonic()
             if state != last_state or now - last_report >= _PROGRESS_EVERY:
                 log.info(
@@ -440,8 +476,8 @@ class SlurmJob(JobTrait):
                     now - started,
                 )
                 last_state, last_report = state, now
-            if state == "PENDING" and reason == "PartitionNodeLimit":
-                self._check_fits(job_id)
+            if state == "PENDING" and reason in _NEVER_FITS:
+                self._check_fits(job_id, reason)
             if timeout is not None and now - started >= timeout:
                 self._kill()
                 raise JobError(
@@ -452,7 +488,7 @@ class SlurmJob(JobTrait):
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    def _check_fits(self, job_id: str) -> None:
+    def _check_fits(self, job_id: str, reason: str) -> None:
         """A job pending on its partition's node limit that asks for more
         nodes than the partition has will never start: say so now."""
         done = _run(["squeue", "-h", "-j", job_id, "-o", "%P"], what="SlurmJob")
@@ -466,8 +502,9 @@ class SlurmJob(JobTrait):
         self._kill()
         raise JobError(
             f"Slurm job {job_id} asks for {self.num_nodes} nodes, but partition {partition!r} "
-            f"has {sum(counts)}: it can never start, so it was cancelled. Ask for fewer nodes "
-            "(the meshes' sizes add up) or pick a larger partition"
+            f"has {sum(counts)} (Slurm keeps it PENDING, {reason}): it can never start, so it "
+            "was cancelled. Ask for fewer nodes (the meshes' sizes add up) or pick a larger "
+            "partition"
         )
 
     def _state(self) -> JobState:
@@ -478,16 +515,61 @@ class SlurmJob(JobTrait):
         else:
             adopt_secret(self._secret, "this SlurmJob")
         addresses = self.worker_addresses(self._hostnames)
-        meshes = {}
+        meshes: dict[str, HostMesh] = {}
+        shares: dict[str, list[str]] = {}
         at = 0
         for mesh, count in self._meshes.items():
             at += count
+            shares[mesh] = addresses[at - count : at]
             meshes[mesh] = attach_to_workers(
-                name=mesh,
-                ca="trust_all_connections",
-                workers=addresses[at - count : at],
+                name=mesh, ca="trust_all_connections", workers=shares[mesh]
             )
+        self._await_workers(meshes, shares)
+        self._fresh = False
         return JobState(meshes)
+
+    def _await_workers(self, meshes: dict[str, HostMesh], shares: dict[str, list[str]]) -> None:
+        """Wait until every worker answered, watching the Slurm job meanwhile:
+        a job that stops running first (its workers failed, or someone
+        cancelled it) is an error naming how it ended, with the end of its
+        error output, instead of a wait for MONARCH_ATTACH_TIMEOUT."""
+        job_id = self.slurm_job_id
+        if job_id is None:
+            raise JobError("this SlurmJob has no Slurm job: apply() it first")
+        for name, hosts in meshes.items():
+            ready = hosts.initialized
+            delay = 0.1
+            while True:
+                try:
+                    failed = ready.exception(timeout=delay)
+                except TimeoutError:
+                    found = self._query(job_id)
+                    if found is None or found[0] not in _WORKERS_UP:
+                        raise self._ended(job_id) from None
+                    delay = min(delay * 2, 2.0)
+                    continue
+                if failed is None:
+                    break
+                raise JobError(
+                    f"the workers of Slurm job {job_id} for mesh {name!r} (at "
+                    f"{', '.join(shares[name])}) could not be reached: {failed}. "
+                    f"{self._give_up(job_id)}{self._error_output(job_id)}"
+                ) from failed
+
+    def _give_up(self, job_id: str) -> str:
+        """End a job this object submitted whose workers were never reached (so
+        that its allocation does not outlive the error); say what was done."""
+        if getattr(self, "_fresh", False) and not (self._batch and _in_batch()):
+            self._kill()
+            return (
+                "The job was cancelled. Check that this machine reaches the nodes at those "
+                "addresses (NodeAddr and monarch_port; bind_to= if a node listens on another "
+                "interface), or raise MONARCH_ATTACH_TIMEOUT if the workers start slowly"
+            )
+        return (
+            "The job still runs: kill() it (or `monarch job kill`) if it is of no use, or "
+            "check that this machine reaches the nodes at those addresses"
+        )
 
     def _spec(self) -> tuple[Any, ...]:
         return (

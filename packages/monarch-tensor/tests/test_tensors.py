@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.actor import this_host
+from monarch_actor import this_host
 from monarch_tensor import (
     RemoteTensorError,
     Tensor,

@@ -20,19 +20,22 @@ import concurrent.futures
 from typing import TypeVar
 
 from ._api.hosts import alias_parts
-from ._core.extensions import EXTENSION_GROUP, extension
+from ._api.mesh_ops import MeshOps
+from ._core.extensions import EXTENSION_GROUP, extension, transform_arguments
 from ._core.future import Future
 from ._core.lifecycle import subscribe, unsubscribe
 from ._core.process import maybe_runtime
 
 __all__ = [
     "EXTENSION_GROUP",
+    "MeshOps",
     "alias_parts",
     "extension",
     "future_from",
     "process_address",
     "resolved",
     "subscribe",
+    "transform_arguments",
     "unsubscribe",
 ]
 

@@ -1,34 +1,44 @@
 """Distributed tensors for Monarch in Python: ``with proc_mesh.activate():``
 makes torch operations run on every process of the mesh, each on its own
-shard, driven from this script without waiting; ``fetch_shard`` brings a
-shard back, and ``reduce`` combines shards along named mesh dimensions
-(torch.distributed gloo groups, made per set of dimensions).
+shard, driven from this script without waiting. ``fetch_shard`` brings a
+shard back; ``reduce`` combines shards along named mesh dimensions
+(torch.distributed groups made per set of dimensions: gloo on CPU, NCCL on
+GPU); ``to_mesh`` moves them to another mesh; ``remote`` runs your own
+functions there; streams let communication overlap computation.
 
 Re-exported at the top of ``monarch`` as in Meta's Monarch.
 """
 
-from ._engine import (
-    DeviceMesh,
-    Tensor,
-    fetch_shard,
-    get_active_mesh,
-    inspect,
-    no_mesh,
-    reduce,
-    reduce_,
-    show,
-)
+from ._active import no_mesh
+from ._collectives import reduce, reduce_, slice_mesh, to_mesh
 from ._errors import RemoteTensorError
+from ._fetch import fetch_shard, inspect, show
+from ._grad import grad_function, grad_generator
+from ._mesh import DeviceMesh, coalescing
+from ._remote import Remote, call_on_shard_and_fetch, remote
+from ._tensor import Borrow, MeshSliceTensor, Stream, Tensor, get_active_mesh, get_active_stream
 
 __all__ = [
+    "Borrow",
     "DeviceMesh",
+    "MeshSliceTensor",
+    "Remote",
     "RemoteTensorError",
+    "Stream",
     "Tensor",
+    "call_on_shard_and_fetch",
+    "coalescing",
     "fetch_shard",
     "get_active_mesh",
+    "get_active_stream",
+    "grad_function",
+    "grad_generator",
     "inspect",
     "no_mesh",
     "reduce",
     "reduce_",
+    "remote",
     "show",
+    "slice_mesh",
+    "to_mesh",
 ]

@@ -1,17 +1,21 @@
-"""The processes' side: a worker actor per activated mesh runs the
-controller's commands in order, keeping each process's tensors (its shards)
-in one table by reference number, shared by every mesh view of the process.
+"""The processes' side: per activated mesh and stream, a worker actor runs
+the controller's commands in order on its own thread (streams of one
+process run side by side); per activated mesh, a peer actor takes shards
+sent from other meshes and discovers remote functions' result shapes, which
+must not queue behind a stream that waits.
 
-An operation that fails does not stop the stream: its outputs hold the
+An operation that fails does not stop its stream: its outputs hold the
 error (they are *poisoned*), later operations on them pass it on, and
 fetching one raises it. Collectives run over torch.distributed process
-groups made per set of mesh dimensions, on a store one process of the mesh
-serves, without a global ``init_process_group``.
+groups made per stream and set of mesh dimensions, on a store one process
+of the mesh serves, without a global ``init_process_group``.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
+import importlib
 import socket
 import traceback
 from collections.abc import Sequence
@@ -26,8 +30,9 @@ from monarch_actor import Actor, current_rank, endpoint
 from monarch_actor.extension import process_address
 
 from ._errors import RemoteTensorError
+from ._table import TABLE, Poison, Ref
 
-__all__ = ["REDUCTIONS", "Ref", "TensorWorker", "reduce_shard"]
+__all__ = ["REDUCTIONS", "GroupRef", "Meta", "TensorPeer", "TensorWorker", "reduce_shard", "run_op"]
 
 GROUP_TIMEOUT = datetime.timedelta(seconds=300)
 
@@ -44,71 +49,68 @@ REDUCTIONS: dict[str, Any] = {
 }
 
 
-class Ref:
-    """A tensor's number in the processes' tables, inside a command."""
+class GroupRef:
+    """``DeviceMesh.process_group(dims)`` inside a command: on each process
+    it becomes the torch.distributed process group over ``dims``."""
 
-    __slots__ = ("id",)
+    __slots__ = ("dims",)
 
-    def __init__(self, id: int) -> None:
-        self.id = id
+    def __init__(self, dims: tuple[str, ...]) -> None:
+        self.dims = dims
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Ref, (self.id,))
+        return (GroupRef, (self.dims,))
 
     def __repr__(self) -> str:
-        return f"Ref({self.id})"
-
-
-class _Poison:
-    __slots__ = ("error",)
-
-    def __init__(self, error: RemoteTensorError) -> None:
-        self.error = error
+        return f"<process group over {self.dims}>"
 
 
 _seeded = False
 
-# this process's tensors, by reference number (every worker actor here shares it)
-TABLE: dict[int, torch.Tensor | _Poison] = {}
+
+@functools.cache
+def _by_path(path: str) -> Any:
+    """The function ``pkg.mod.fn`` names (``remote("pkg.mod.fn")``)."""
+    module, _, name = path.rpartition(".")
+    if not module:
+        raise ValueError(f"remote({path!r}): give the function as 'package.module.function'")
+    found = importlib.import_module(module)
+    for part in name.split(":"):
+        found = getattr(found, part)
+    return found
 
 
-def _resolve(tree: Any) -> Any:
-    def get(leaf: Any) -> Any:
-        if isinstance(leaf, Ref):
-            value = TABLE.get(leaf.id)
-            if value is None:
-                raise RuntimeError(f"tensor {leaf.id} is not here (dropped?)")
-            if isinstance(value, _Poison):
-                raise value.error
-            return value
-        return leaf
-
-    return pytree.tree_map(get, tree)
+def _function(op: Any) -> Any:
+    if isinstance(op, tuple) and op[0] == "path":
+        return _by_path(op[1])
+    return op
 
 
-def _call(op: Any, args: Any, kwargs: Any) -> Any:
-    if isinstance(op, tuple):  # ("attr", name): a tensor property such as .T
+def run_op(op: Any, args: Any, kwargs: Any) -> Any:
+    """Run one operation on resolved arguments."""
+    if isinstance(op, tuple) and op[0] == "attr":  # a tensor property such as .T
         return getattr(args[0], op[1])
-    return op(*args, **kwargs)
+    result = _function(op)(*args, **kwargs)
+    return result
 
 
-def _store(outs: Sequence[int], result: Any) -> None:
+def _put_results(outs: Sequence[int], result: Any) -> None:
     tensors = [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
     if len(tensors) != len(outs):
         raise RuntimeError(
-            f"the operation gave {len(tensors)} tensors here but {len(outs)} at the controller"
+            f"the operation gave {len(tensors)} tensors here but {len(outs)} at the controller "
+            "(a remote function whose propagate= does not match what it returns?)"
         )
     for ref, tensor in zip(outs, tensors, strict=True):
-        TABLE[ref] = tensor
+        TABLE.put(ref, tensor)
 
 
 class _Groups:
-    """Process groups of one mesh view, per set of dimensions, made on first use."""
+    """One stream's process groups over a mesh view, per set of dimensions."""
 
-    def __init__(self, host: str, port: int, size: int, is_master: bool) -> None:
-        self.store = TCPStore(
-            host, port, size, is_master, timeout=GROUP_TIMEOUT, wait_for_workers=False
-        )
+    def __init__(self, stream: str, store: Any) -> None:
+        self.stream = stream
+        self.store = store
         self.groups: dict[tuple[str, ...], Any] = {}
 
     def group(self, dims: tuple[str, ...]) -> Any:
@@ -123,7 +125,7 @@ class _Groups:
             rank = rank * sizes[dim] + coords[dim]
             size *= sizes[dim]
         rest = ",".join(f"{k}={v}" for k, v in coords.items() if k not in dims)
-        prefix = PrefixStore(f"{'.'.join(dims)}/{rest}/", self.store)
+        prefix = PrefixStore(f"{self.stream}/{'.'.join(dims)}/{rest}/", self.store)
         made = dist.ProcessGroupGloo(prefix, rank, size, GROUP_TIMEOUT)
         self.groups[dims] = made
         return made
@@ -151,80 +153,238 @@ def reduce_shard(group: Any, tensor: torch.Tensor, reduction: str, scatter: bool
     return result
 
 
-class TensorWorker(Actor):
-    """Runs the controller's tensor commands on this process (one per mesh view)."""
+def _error(error: BaseException, where: str) -> RemoteTensorError:
+    if isinstance(error, RemoteTensorError):
+        return error
+    point = current_rank()
+    return RemoteTensorError(
+        f"{where} failed on the process at {dict(point)}: {type(error).__name__}: {error}\n"
+        + "".join(traceback.format_exception(error)).rstrip()
+    )
 
-    def __init__(self) -> None:
+
+def _poison(outs: Sequence[int], error: RemoteTensorError) -> None:
+    poison = Poison(error)
+    for ref in outs:
+        TABLE.put(ref, poison)
+
+
+def _to_cpu(tree: Any) -> Any:
+    return pytree.tree_map(
+        lambda leaf: leaf.detach().cpu() if isinstance(leaf, torch.Tensor) else leaf, tree
+    )
+
+
+class TensorWorker(Actor):
+    """Runs the controller's tensor commands on this process, for one stream
+    of one mesh view."""
+
+    def __init__(self, stream: str = "main") -> None:
+        self.stream = stream
         self.groups: _Groups | None = None
         global _seeded
         if not _seeded:  # procs forked from one server share its random state
             torch.seed()
             _seeded = True
 
+    def _resolve(self, tree: Any) -> Any:
+        def get(leaf: Any) -> Any:
+            if isinstance(leaf, Ref):
+                return TABLE.tensor(leaf.id)
+            if isinstance(leaf, GroupRef):
+                return self._group(leaf.dims)
+            return leaf
+
+        return pytree.tree_map(get, tree)
+
+    def _group(self, dims: tuple[str, ...]) -> Any:
+        if self.groups is None:
+            raise RuntimeError("no store: the controller sends one before the first collective")
+        return self.groups.group(dims)
+
     @endpoint
     def run(self, batch: list[tuple[Any, ...]]) -> None:
         """Run a batch of commands in order; failures poison their outputs."""
         for command in batch:
-            kind = command[0]
-            if kind == "op":
-                _, op, args, kwargs, outs, where = command
-                try:
-                    _store(outs, _call(op, *_resolve((args, kwargs))))
-                except RemoteTensorError as error:
-                    self._poison(outs, error)
-                except Exception as error:
-                    self._poison(outs, self._error(error, where))
-            elif kind == "drop":
-                for ref in command[1]:
-                    TABLE.pop(ref, None)
-            elif kind == "reduce":
-                _, source, out, dims, reduction, scatter, inplace, where = command
-                try:
-                    tensor = _resolve(Ref(source))
-                    assert self.groups is not None, "no store: the controller sends one first"
-                    result = reduce_shard(self.groups.group(dims), tensor, reduction, scatter)
-                    if inplace:
-                        tensor.copy_(result)
-                        result = tensor
-                    TABLE[out] = result
-                except RemoteTensorError as error:
-                    self._poison([out], error)
-                except Exception as error:
-                    self._poison([out], self._error(error, where))
-            elif kind == "store":
-                _, host, port, size = command
-                if self.groups is None:
-                    self.groups = _Groups(host, port, size, is_master=False)
+            getattr(self, "_" + command[0])(*command[1:])
+
+    def _op(self, op: Any, args: Any, kwargs: Any, outs: list[int], where: str, grad: bool) -> None:
+        try:
+            with torch.set_grad_enabled(grad):
+                _put_results(outs, run_op(op, *self._resolve((args, kwargs))))
+        except Exception as error:
+            _poison(outs, _error(error, where))
+
+    def _fail(self, outs: list[int], message: str) -> None:
+        _poison(outs, RemoteTensorError(f"the controller could not send {message}"))
+
+    def _drop(self, refs: list[int]) -> None:
+        for ref in refs:
+            TABLE.pop(ref)
+
+    def _reduce(
+        self,
+        source: int,
+        out: int,
+        dims: tuple[str, ...],
+        reduction: str,
+        scatter: bool,
+        inplace: bool,
+        where: str,
+    ) -> None:
+        try:
+            tensor = TABLE.tensor(source)
+            result = reduce_shard(self._group(dims), tensor, reduction, scatter)
+            if inplace:
+                with torch.no_grad():
+                    tensor.copy_(result)
+                result = tensor
+            TABLE.put(out, result)
+        except Exception as error:
+            _poison([out], _error(error, where))
+
+    def _store(self, host: str, port: int, size: int) -> None:
+        if self.groups is None:
+            store = TCPStore(host, port, size, False, timeout=GROUP_TIMEOUT)
+            self.groups = _Groups(self.stream, store)
+
+    def _borrow(self, source: int, new: int) -> None:
+        TABLE.put(new, TABLE.get(source))  # the same tensor (or its poison), another name
+
+    def _signal(self, token: int) -> None:
+        TABLE.put(token, True)
+
+    def _wait(self, token: int) -> None:
+        try:
+            TABLE.get(token)
+        finally:
+            TABLE.pop(token)
+
+    def _rank(self, dims: tuple[str, ...], out: int) -> None:
+        point = current_rank()
+        coords, sizes = dict(point), dict(point.extent.items())
+        index = 0
+        for dim in dims:
+            index = index * sizes[dim] + coords[dim]
+        TABLE.put(out, torch.tensor(index))
+
+    def _grads(
+        self,
+        roots: list[int],
+        wrt: list[int],
+        grad_roots: list[int | None],
+        outs: list[int],
+        where: str,
+    ) -> None:
+        """Backward from ``roots``; each gradient is put in the table as soon
+        as autograd makes it, so another stream can reduce it meanwhile."""
+        made: set[int] = set()
+        handles = []
+        try:
+            root_tensors = [TABLE.tensor(ref) for ref in roots]
+            inputs = [TABLE.tensor(ref) for ref in wrt]
+            seeds = [None if ref is None else TABLE.tensor(ref) for ref in grad_roots] or None
+
+            for tensor, out in zip(inputs, outs, strict=True):
+
+                def produced(grad: torch.Tensor, out: int = out) -> None:
+                    TABLE.put(out, grad.detach().contiguous())
+                    made.add(out)
+
+                handles.append(tensor.register_hook(produced))
+            grads = torch.autograd.grad(root_tensors, inputs, seeds, allow_unused=True)
+            for tensor, out, grad in zip(inputs, outs, grads, strict=True):
+                if out not in made:  # not reached from the roots: zero, as DDP has it
+                    TABLE.put(out, torch.zeros_like(tensor) if grad is None else grad.detach())
+        except Exception as error:
+            _poison([out for out in outs if out not in made], _error(error, where))
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _send(
+        self, source: int, new: int, peers: Any, dims: tuple[str, ...], only: dict[str, int]
+    ) -> None:
+        """``to_mesh``: send this process's shard to the processes of the
+        destination that share its coordinates along ``dims``."""
+        coords = dict(current_rank())
+        if any(coords[dim] != index for dim, index in only.items()):
+            return  # sliced away by slice_mesh()
+        value = TABLE.get(source)
+        payload: Any = ("poison", str(value.error)) if isinstance(value, Poison) else value
+        peers.slice(**{dim: coords[dim] for dim in dims}).receive.broadcast(new, payload)
 
     @endpoint
     def serve_store(self, size: int) -> tuple[str, int]:
         """Serve the store this mesh's process groups meet at; where it listens."""
         host = _reachable_host()
-        self.groups = _Groups(host, 0, size, is_master=True)
-        return host, self.groups.store.port
+        store = TCPStore(host, 0, size, True, timeout=GROUP_TIMEOUT, wait_for_workers=False)
+        self.groups = _Groups(self.stream, store)
+        return host, store.port
 
     @endpoint
     def fetch(self, ref: int) -> tuple[bool, Any]:
-        """``(True, shard)``: this process's shard of tensor ``ref``, on the
-        CPU; ``(False, message)`` if an operation it depends on failed."""
-        value = TABLE.get(ref)
-        if value is None:
-            return False, f"tensor {ref} is not on this process (it was dropped)"
-        if isinstance(value, _Poison):
+        """``(True, shard)``: this process's shard of tensor ``ref`` on the
+        CPU, in the order of this stream; ``(False, message)`` if an
+        operation it depends on failed."""
+        try:
+            value = TABLE.get(ref)
+        except RemoteTensorError as error:
+            return False, str(error)
+        if isinstance(value, Poison):
             return False, str(value.error)
         return True, value.detach().cpu()
 
-    def _error(self, error: Exception, where: str) -> RemoteTensorError:
-        point = current_rank()
-        return RemoteTensorError(
-            f"{where} failed on the process at {dict(point)}: {type(error).__name__}: {error}\n"
-            + "".join(traceback.format_exception(error)).rstrip()
+    @endpoint
+    def call(self, op: Any, args: Any, kwargs: Any) -> Any:
+        """A remote function's value on this process (its tensors on the CPU)."""
+        return _to_cpu(run_op(op, *self._resolve((args, kwargs))))
+
+
+class TensorPeer(Actor):
+    """Beside the streams of one mesh view: shards sent from other meshes,
+    and shape discovery for remote functions (neither may wait behind a
+    stream)."""
+
+    @endpoint
+    def receive(self, ref: int, value: Any) -> None:
+        """A shard sent from another mesh (``to_mesh``)."""
+        if isinstance(value, tuple):
+            TABLE.put(ref, Poison(RemoteTensorError(value[1])))
+        else:
+            TABLE.put(ref, value)
+
+    @endpoint
+    def propagate(self, op: Any, args: Any, kwargs: Any) -> Any:
+        """What a remote function returns on this process, with each tensor
+        replaced by its ``Meta``. Runs on copies, so the shards are not changed."""
+        resolved = pytree.tree_map(
+            lambda leaf: TABLE.tensor(leaf.id).clone() if isinstance(leaf, Ref) else leaf,
+            (args, kwargs),
+        )
+        result = run_op(op, *resolved)
+        return pytree.tree_map(
+            lambda leaf: Meta(leaf) if isinstance(leaf, torch.Tensor) else leaf, result
         )
 
-    def _poison(self, outs: Sequence[int], error: RemoteTensorError) -> None:
-        poison = _Poison(error)
-        for ref in outs:
-            TABLE[ref] = poison
+
+class Meta:
+    """A tensor's shape, strides, dtype, device and ``requires_grad``."""
+
+    __slots__ = ("device", "dtype", "requires_grad", "shape", "stride")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.shape = tuple(tensor.shape)
+        self.stride = tensor.stride()
+        self.dtype = tensor.dtype
+        self.device = str(tensor.device)
+        self.requires_grad = tensor.requires_grad
+
+    def __getstate__(self) -> Any:
+        return (self.shape, self.stride, self.dtype, self.device, self.requires_grad)
+
+    def __setstate__(self, state: Any) -> None:
+        self.shape, self.stride, self.dtype, self.device, self.requires_grad = state
 
 
 def _reachable_host() -> str:

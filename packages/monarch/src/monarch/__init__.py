@@ -18,16 +18,28 @@ from monarch_mesh import Extent, NDSlice, Point, Selection, Shape, Slice
 
 # distributed tensors (monarch-tensor, which imports torch): loaded on first use, as in Monarch
 _TENSOR_NAMES = (
+    "Borrow",
     "DeviceMesh",
+    "MeshSliceTensor",
+    "Remote",
     "RemoteTensorError",
+    "Stream",
     "Tensor",
+    "call_on_shard_and_fetch",
+    "coalescing",
     "fetch_shard",
     "get_active_mesh",
+    "get_active_stream",
+    "grad_function",
+    "grad_generator",
     "inspect",
     "no_mesh",
     "reduce",
     "reduce_",
+    "remote",
     "show",
+    "slice_mesh",
+    "to_mesh",
 )
 
 __all__ = ["Extent", "Future", "NDSlice", "Point", "Selection", "Shape", "Slice", *_TENSOR_NAMES]

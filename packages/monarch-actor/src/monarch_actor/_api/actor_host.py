@@ -28,6 +28,7 @@ from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
 from .._core.config import cleanup_timeout
 from .._core.current import reset_current, set_current
 from .._core.errors import ActorError, SupervisionError
+from .._core.extensions import extension
 from .._core.lifecycle import ActorFailed, ActorStarted, ActorStopped, emit
 from .._core.ports import Port
 from .._core.router import Frames, Runtime
@@ -212,10 +213,13 @@ class ActorHost:
                 ep = EndpointProperty(
                     method, explicit_response_port=bool(header.get(Key.EXPLICIT_PORT))
                 )
+        keep = header.get(Key.KEEP)
         try:
             message: Any = decode(frames)[1]
             args, kwargs = message
         except DecodeError as error:
+            if keep is not None:
+                _kept(keep, error)
             self._answer(header, _failure(self.name, method_name, error), failed=True)
             return None
         if ep is None:
@@ -230,12 +234,15 @@ class ActorHost:
             args = (reply, *args)
         ctx = Context(self.me, header=header)  # type: ignore[arg-type]
         if ep.is_async:
-            return self._call_async(header, ep, ctx, args, kwargs)
+            return self._call_async(header, ep, ctx, args, kwargs, keep)
         token = set_current(ctx)
         try:
             result = ep.method(self.instance, *args, **kwargs)
         except Exception as error:
-            self._raised(header, ep, error)
+            if keep is not None:  # the error stays with the results, as their values would
+                _kept(keep, error)
+            else:
+                self._raised(header, ep, error)
         except BaseException as error:  # a panic: the actor cannot go on
             self._fail(
                 f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}",
@@ -245,7 +252,9 @@ class ActorHost:
                 header, SupervisionError(self._down_text(header, self.failure or "")), True
             )
         else:
-            if not ep.explicit_response_port:
+            if keep is not None:
+                _kept(keep, result)
+            elif not ep.explicit_response_port:
                 self._answer(header, result)
         finally:
             reset_current(token)
@@ -258,13 +267,17 @@ class ActorHost:
         ctx: Context,
         args: Any,
         kwargs: Any,
+        keep: Any = None,
     ) -> Any:
         async def run() -> None:
             token = set_current(ctx)
             try:
                 result = await ep.method(self.instance, *args, **kwargs)
             except Exception as error:
-                self._raised(header, ep, error)
+                if keep is not None:
+                    _kept(keep, error)
+                else:
+                    self._raised(header, ep, error)
             except asyncio.CancelledError:
                 self._answer(header, SupervisionError(self._down_text(header, "cancelled")), True)
             except BaseException as error:
@@ -273,7 +286,9 @@ class ActorHost:
                     error,
                 )
             else:
-                if not ep.explicit_response_port:
+                if keep is not None:
+                    _kept(keep, result)
+                elif not ep.explicit_response_port:
                     self._answer(header, result)
             finally:
                 reset_current(token)
@@ -503,6 +518,13 @@ class ActorHost:
                 reset_current(token)
 
         return finish()
+
+
+def _kept(keep: Any, outcome: Any) -> None:
+    """Hand an rref call's result (or its error) to the ``keep`` extension."""
+    hook = extension("keep")
+    assert hook is not None
+    hook(keep, outcome)
 
 
 def _failure(actor: str, method: str, error: BaseException) -> BaseException:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 from monarch_mesh import Point, Shape, Slice
 from monarch_transport import encode
 
+from .._core import extensions
 from .._core.future import Future
 from .._core.gather import Gather
 from .._core.ports import Port
@@ -47,12 +48,21 @@ class ActorEndpoint(Generic[P, R]):
 
     def _message(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Frames:
         self._prop.bind(args, kwargs)
+        if extensions._transforms:
+            args, kwargs = extensions.transformed(self._mesh, args, kwargs)
         return encode((args, kwargs))
 
     def _cast(
-        self, shape: Shape, frames: Frames, gather: Gather | None, port: Port[Any] | None = None
+        self,
+        shape: Shape,
+        frames: Frames,
+        gather: Gather | None,
+        port: Port[Any] | None = None,
+        keep: Any = None,
     ) -> None:
         header: dict[str, Any] = {Key.OP: Op.CALL, Key.METHOD: self._name}
+        if keep is not None:
+            header[Key.KEEP] = keep
         if self._plain:
             header[Key.PLAIN] = 1
             if self._prop.explicit_response_port:
@@ -107,10 +117,23 @@ class ActorEndpoint(Generic[P, R]):
         return describe
 
     def rref(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(
-            "rref() returns distributed tensors: it needs the monarch-tensor package and an "
-            "active proc mesh (`with procs.activate():`), which this installation lacks"
-        )
+        """Call every actor of the mesh for distributed tensors, without
+        waiting: each actor's result stays on its process as its shard (needs
+        ``@endpoint(propagate=...)``, the monarch-tensor package and an active
+        proc mesh)."""
+        hook = extensions.extension("rref")
+        assert hook is not None
+        return hook(self, args, kwargs)
+
+    def _keep(self, args: tuple[Any, ...], kwargs: dict[str, Any], keep: Any) -> None:
+        """Call every actor; each result is handed to the receiving process's
+        ``keep`` extension with ``keep`` instead of being answered."""
+        self._cast(self._mesh._shape, self._message(args, kwargs), None, keep=keep)
+
+    @property
+    def propagate(self) -> Any:
+        """The endpoint's ``propagate=`` (how rref() learns its results' shapes)."""
+        return self._prop.propagate
 
     def __repr__(self) -> str:
         return f"<endpoint {self._mesh._name}.{self._name}>"

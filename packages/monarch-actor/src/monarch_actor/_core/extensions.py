@@ -1,6 +1,13 @@
-"""Hooks that sibling packages plug in (``monarch-tensor``: ``activate``,
-``rref``, ``arguments``), found as Python entry points of group
-``monarch.extensions``, so this package never imports them."""
+"""Hooks that sibling packages plug in, so this package never imports them.
+
+``monarch-tensor`` declares Python entry points of group
+``monarch.extensions``: ``activate`` (``ProcMesh.activate()``), ``rref``
+(the adverb, at the caller) and ``keep`` (where an rref call's result stays,
+at the receiver). Argument transforms (a distributed tensor argument sent as
+a reference to each receiver's own shard) are registered by the package when
+it is imported instead: a transform has nothing to do before that, and
+looking one up would import torch into every process that sends a message.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EXTENSION_GROUP", "extension"]
+__all__ = ["EXTENSION_GROUP", "extension", "transform_arguments", "transformed"]
 
 
 EXTENSION_GROUP = "monarch.extensions"
@@ -18,8 +25,11 @@ EXTENSION_GROUP = "monarch.extensions"
 _PROVIDERS = {
     "activate": ("ProcMesh.activate() (distributed tensors)", "monarch-tensor"),
     "rref": ("the rref() adverb (distributed tensors)", "monarch-tensor"),
-    "arguments": ("distributed tensors as endpoint arguments", "monarch-tensor"),
+    "keep": ("results of rref() calls (distributed tensors)", "monarch-tensor"),
 }
+
+# (mesh, args, kwargs) -> (args, kwargs), applied to every endpoint call's arguments
+_transforms: list[Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]] = []
 
 
 @functools.cache
@@ -41,3 +51,19 @@ def extension(name: str, required: bool = True) -> Callable[..., Any] | None:
     raise RuntimeError(
         f"{what} needs the {package} package, which is not installed here: pip install {package}"
     )
+
+
+def transform_arguments(transform: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]) -> None:
+    """Apply ``transform(actor_mesh, args, kwargs) -> (args, kwargs)`` to the
+    arguments of every endpoint call made from this process from now on."""
+    if transform not in _transforms:
+        _transforms.append(transform)
+
+
+def transformed(
+    mesh: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of a call to ``mesh`` after every registered transform."""
+    for transform in _transforms:
+        args, kwargs = transform(mesh, args, kwargs)
+    return args, kwargs

@@ -67,6 +67,7 @@ class Key:
     OWNER = "o"  # spawn: the address of the owner's process
     OWNER_ACTOR = "oa"  # spawn: the owning actor's key there
     TABLE = "t"  # spawn: the proc mesh's id
+    KEEP = "kp"  # call: the result stays on the receiving process (the "keep" extension)
     # Kind.PORT
     PORT_ID = "pid"
     RANK = "r"  # the position the value is for (the sender's rank in the call)

@@ -1,0 +1,81 @@
+"""Bringing shards to the controller: ``fetch_shard``, ``inspect``, ``show``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils import _pytree as pytree
+
+from monarch_actor import Future, returns_future
+
+from ._errors import RemoteTensorError
+from ._mesh import DeviceMesh
+from ._tensor import Tensor, incorrect
+
+__all__ = ["coordinates", "fetch_shard", "inspect", "show"]
+
+
+def coordinates(
+    mesh: DeviceMesh, shard: dict[str, int] | None, coords: dict[str, int]
+) -> dict[str, int]:
+    """The process of ``mesh`` at ``shard``/``coords`` (none: the first)."""
+    given = {**(shard or {}), **coords}
+    if shard is None and not coords:
+        return {name: 0 for name in mesh.names}
+    for name in given:
+        if name not in mesh.names:
+            raise KeyError(
+                f"{name!r} is not a dimension of {mesh!r} (its dimensions: {mesh.names})"
+            )
+    for name in mesh.names:
+        if name not in given:
+            raise ValueError(f"Missing key '{name}' in shard map {given}: give every dimension")
+        if not 0 <= given[name] < mesh.size(name):
+            raise IndexError(f"{name}={given[name]} is outside 0..{mesh.size(name) - 1}")
+    return given
+
+
+def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Future[Any]:
+    """A ``Future`` of ``obj`` (any pytree) with each distributed tensor
+    replaced by its shard on the process at ``shard``/``coords`` (every
+    dimension of the mesh; none: the first process), as a CPU tensor."""
+    leaves, spec = pytree.tree_flatten(obj)
+    asked: list[tuple[int, Future[Any]]] = []
+    for index, leaf in enumerate(leaves):
+        if isinstance(leaf, Tensor):
+            if leaf._ref < 0:
+                raise incorrect("fetch_shard() of a tensor after drop()")
+            mesh: DeviceMesh = leaf._mesh
+            at = coordinates(mesh, shard, coords)
+            mesh.flush()
+            worker = mesh._worker(leaf._stream.name).slice(**at)
+            asked.append((index, worker.fetch.call_one(leaf._ref)))
+
+    @returns_future
+    async def gather() -> Any:
+        values = list(leaves)
+        for index, future in asked:
+            ok, value = await future
+            if not ok:
+                raise RemoteTensorError(value)
+            values[index] = value
+        return pytree.tree_unflatten(values, spec)
+
+    result: Future[Any] = gather()
+    return result
+
+
+def inspect(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Any:
+    """``fetch_shard(obj, shard, **coords).get()``."""
+    return fetch_shard(obj, shard, **coords).get()
+
+
+def show(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> None:
+    """Display a shard: with ``torchshow`` when it is installed, else printed."""
+    value = inspect(obj, shard, **coords)
+    try:
+        import torchshow  # type: ignore[import-not-found]
+    except ImportError:
+        print(value)  # noqa: T201 (show() displays; without torchshow, printing is how)
+    else:
+        torchshow.show(value)

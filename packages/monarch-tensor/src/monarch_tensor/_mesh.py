@@ -1,0 +1,366 @@
+"""``DeviceMesh``: the processes of a proc mesh seen as devices for
+distributed tensors, what ``proc_mesh.activate()`` makes active.
+
+Commands are batched per stream (a run of operations leaves at once when it
+is long, or after a couple of milliseconds) and broadcast to that stream's
+worker on every process; the controller never waits for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from monarch_actor import ProcMesh
+from monarch_actor.extension import MeshOps
+from monarch_mesh import Shape
+from monarch_transport import EncodeError, encode
+
+from . import _active
+from ._tensor import (
+    MAIN,
+    Mode,
+    Stream,
+    Tensor,
+    faking,
+    get_active_stream,
+    incorrect,
+    new_ref,
+    prepare,
+    where,
+)
+from ._worker import REDUCTIONS, GroupRef, TensorPeer, TensorWorker
+
+__all__ = ["DeviceMesh", "activate", "coalescing"]
+
+BATCH_MAX = 512  # commands: a longer run of operations leaves at once
+BATCH_DELAY = 0.002  # seconds a short run waits for more before it leaves
+
+_coalescing = threading.local()
+
+
+class DeviceMesh(MeshOps):
+    """The processes of a proc mesh as devices for distributed tensors:
+    tensors made while it is active live on every one of its processes.
+    Slicing, ``rename``, ``split`` and ``flatten`` give the device mesh of
+    the same processes so arranged."""
+
+    def __init__(self, procs: ProcMesh) -> None:
+        self._procs = procs
+        self._shape = procs._shape
+        self._workers: dict[str, Any] = {}
+        self._peers: Any = procs.spawn("monarch_tensor_peer", TensorPeer)
+        self._lock = threading.RLock()
+        self._batches: dict[str, list[tuple[Any, ...]]] = {}
+        self._drops: dict[str, list[int]] = {}
+        self._timer: threading.Timer | None = None
+        self._store: tuple[str, int] | None = None
+        self._stores_sent: set[str] = set()
+        self._worker(MAIN.name)
+
+    def _new_with_shape(self, shape: Shape) -> DeviceMesh:
+        return _device_mesh(self._procs._new_with_shape(shape))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The mesh's dimension names."""
+        return tuple(self._shape.labels)
+
+    def activate(self) -> contextlib.AbstractContextManager[DeviceMesh]:
+        """Make this mesh the active one for the ``with`` block."""
+        return _activation(self)
+
+    def rank(self, dims: str | Sequence[str]) -> Tensor:
+        """A distributed scalar: each process's index along ``dims`` (several:
+        row-major over them)."""
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
+        for name in names:
+            if name not in self.names:
+                raise KeyError(f"{self!r} does not have dimension {name!r}")
+        stream = get_active_stream()
+        out = new_ref()
+        self._send(stream.name, ("rank", names, out))
+        with faking():
+            fake = torch.zeros((), dtype=torch.long)
+        return Tensor(fake, self, out, stream)
+
+    @property
+    def ranks(self) -> dict[str, Tensor]:
+        """``rank(dim)`` for every dimension."""
+        return {name: self.rank(name) for name in self.names}
+
+    def process_group(self, dims: str | Sequence[str]) -> GroupRef:
+        """The torch.distributed process group over ``dims``, for remote
+        functions: passed to one, it arrives as each process's group."""
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
+        for name in names:
+            if name not in self.names:
+                raise KeyError(f"{self!r} does not have dimension {name!r}")
+        self._ensure_store(get_active_stream().name)
+        return GroupRef(names)
+
+    def to_table(self) -> str:
+        """The processes as a table: each one's coordinates and rank."""
+        names = list(self.names)
+        rows = [[*map(str, point.values()), str(rank)] for rank, point in _points(self._shape)]
+        header = [*names, "process"]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+        def line(cells: list[str]) -> str:
+            return "  ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
+
+        return "\n".join([line(header), *(line(row) for row in rows)])
+
+    # -- commands ----------------------------------------------------------------------
+
+    def _worker(self, stream: str) -> Any:
+        worker = self._workers.get(stream)
+        if worker is None:
+            name = "monarch_tensor" if stream == MAIN.name else f"monarch_tensor_{stream}"
+            worker = self._workers[stream] = self._procs.spawn(name, TensorWorker, stream)
+        return worker
+
+    def _send(self, stream: str, command: tuple[Any, ...]) -> None:
+        with self._lock:
+            batch = self._batches.setdefault(stream, [])
+            batch.append(command)
+            if getattr(_coalescing, "depth", 0):
+                _coalescing.meshes.add(self)
+            elif len(batch) >= BATCH_MAX:
+                self._flush_locked()
+            elif self._timer is None:
+                self._timer = threading.Timer(BATCH_DELAY, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _drop(self, stream: str, ref: int) -> None:
+        with self._lock:
+            self._drops.setdefault(stream, []).append(ref)
+
+    def flush(self) -> None:
+        """Send the commands issued so far (fetching does this itself)."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for stream, refs in self._drops.items():
+            if refs:
+                self._batches.setdefault(stream, []).append(("drop", refs))
+        self._drops = {}
+        batches, self._batches = self._batches, {}
+        for stream, batch in batches.items():
+            if batch:
+                self._broadcast(stream, batch)
+
+    def _broadcast(self, stream: str, batch: list[tuple[Any, ...]]) -> None:
+        run = self._worker(stream).run
+        try:
+            run.broadcast(batch)
+        except EncodeError:
+            # a command that cannot be sent fails its outputs there (found on fetch)
+            run.broadcast([_sendable(command) for command in batch])
+        except Exception:
+            pass  # a failed mesh: its fetches report it, from supervision
+
+    def _ensure_store(self, stream: str) -> None:
+        """Before a stream's first collective: the store its groups meet at
+        (served by the first process's main worker)."""
+        if stream in self._stores_sent:
+            return
+        if self._store is None:
+            self.flush()
+            first = self._worker(MAIN.name).slice(**{name: 0 for name in self.names})
+            self._store = first.serve_store.call_one(self.size()).get()
+        host, port = self._store
+        self._send(stream, ("store", host, port, self.size()))
+        self._stores_sent.add(stream)
+
+    # -- collectives -------------------------------------------------------------------
+
+    def _reduce(
+        self,
+        tensor: Tensor,
+        dims: str | Sequence[str],
+        reduction: str,
+        scatter: bool,
+        mesh: Any,
+        inplace: bool,
+    ) -> Tensor:
+        if mesh is not None:
+            raise TypeError("reduce(mesh=...) is not supported: reduce on the tensor's own mesh")
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
+        if not names:
+            names = self.names
+        if len(set(names)) != len(names):
+            raise ValueError(f"reduce() got a dimension twice: {names}")
+        for name in names:
+            if name not in self.names:
+                raise KeyError(
+                    f"{name!r} is not a dimension of {self!r} (its dimensions: {self.names})"
+                )
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"unknown reduction {reduction!r}: use one of {sorted(REDUCTIONS)}")
+        if (reduction == "stack" or scatter) and len(names) != 1:
+            raise ValueError(
+                f"reduce({reduction!r}, scatter={scatter}) takes exactly one dimension"
+            )
+        if tensor.requires_grad:
+            raise ValueError("reduce() of a tensor that requires grad is not supported")
+        size = self.size(names)
+        shape = list(tensor.shape)
+        if reduction == "stack" and not scatter:
+            shape = [size, *shape]
+        elif scatter:
+            if not shape or shape[0] % size:
+                raise ValueError(
+                    f"reduce(scatter=True) splits dimension 0 among {size} processes: the "
+                    f"tensor's shape {tuple(tensor.shape)} does not divide"
+                )
+            if reduction != "stack":
+                shape[0] //= size
+        if inplace and shape != list(tensor.shape):
+            raise ValueError(
+                f"reduce_({reduction!r}, scatter={scatter}) changes the shape: use reduce()"
+            )
+        checked = _checked(tensor, "reduce", inplace)
+        stream = checked._stream.name
+        self._ensure_store(stream)
+        out = tensor._ref if inplace else new_ref()
+        command = ("reduce", tensor._ref, out, names, reduction, scatter, inplace, where("reduce"))
+        self._send(stream, command)
+        if inplace:
+            return tensor
+        with faking():
+            fake = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+        return Tensor(fake, self, out, checked._stream)
+
+    def _to_mesh(
+        self, tensor: Tensor, coords: dict[str, int], mesh: Any, stream: Stream | None
+    ) -> Tensor:
+        if isinstance(mesh, ProcMesh):
+            mesh = _device_mesh(mesh)
+        if not isinstance(mesh, DeviceMesh):
+            raise TypeError(f"to_mesh() takes a DeviceMesh, got {type(mesh).__name__}")
+        _checked(tensor, "to_mesh", False)
+        left = {name: self.size(name) for name in self.names if name not in coords}
+        for name, size in left.items():
+            if name not in mesh.names:
+                raise ValueError(
+                    f"to_mesh(): {mesh!r} has no dimension {name!r} of the tensor's mesh: "
+                    f"slice_mesh({name}=...) first to choose the shards to move"
+                )
+            if mesh.size(name) != size:
+                raise ValueError(
+                    f"to_mesh(): dimension {name!r} has {size} processes here and "
+                    f"{mesh.size(name)} on {mesh!r}"
+                )
+        extra = [name for name in mesh.names if name not in left]
+        if extra:
+            warnings.warn(
+                f"to_mesh(): the tensor has no dimension {extra} of {mesh!r}: every process "
+                "along it gets the same shard",
+                stacklevel=3,
+            )
+        target = stream or get_active_stream()
+        new = new_ref()
+        dims = tuple(left)
+        self._send(tensor._stream.name, ("send", tensor._ref, new, mesh._peers, dims, coords))
+        self.flush()
+        return Tensor(tensor._fake, mesh, new, target)
+
+    def __repr__(self) -> str:
+        processes = list(self._shape.ndslice)
+        return f"<DeviceMesh(names({self.names!r}), processes({processes})) at {hex(id(self))}>"
+
+
+def _sendable(command: tuple[Any, ...]) -> tuple[Any, ...]:
+    try:
+        encode(command)
+    except EncodeError as error:
+        outs = command[4] if command[0] == "op" else []
+        return ("fail", outs, f"{command[-2] if command[0] == 'op' else command[0]}: {error}")
+    return command
+
+
+def _checked(tensor: Tensor, name: str, inplace: bool) -> Tensor:
+    """``tensor`` if an operation may use it now (and write it, if ``inplace``)."""
+    prepare(name, (tensor,), {}, active=False)  # not dropped, not lent mutably
+    active = _active.streams[-1] if _active.streams else None
+    if active is not None and active.name != tensor._stream.name:
+        raise incorrect(
+            f"WRONG_STREAM: {name} on {active} uses a tensor of {tensor._stream} "
+            "(borrow it with stream.borrow())"
+        )
+    if inplace and tensor._lent:
+        raise incorrect(f"BORROWED: {name} writes a tensor lent to another stream")
+    if inplace and tensor._borrow is not None and not tensor._borrow.mutable:
+        raise incorrect(f"{name} writes a tensor borrowed without mutable=True")
+    return tensor
+
+
+def _points(shape: Shape) -> Iterator[tuple[int, dict[str, int]]]:
+    sizes = shape.extent.sizes
+    labels = shape.labels
+    for position, rank in enumerate(shape.ndslice):
+        point: dict[str, int] = {}
+        rest = position
+        for label, size in zip(reversed(labels), reversed(sizes), strict=True):
+            point[label] = rest % size
+            rest //= size
+        yield rank, dict(reversed(list(point.items())))
+
+
+_meshes: dict[tuple[Any, ...], DeviceMesh] = {}
+_meshes_lock = threading.Lock()
+
+
+def _device_mesh(procs: ProcMesh) -> DeviceMesh:
+    """The one device mesh of these processes so arranged."""
+    shape = procs._shape
+    key = (procs._table.id, tuple(shape.labels), tuple(shape.extent.sizes), tuple(shape.ndslice))
+    with _meshes_lock:
+        mesh = _meshes.get(key)
+        if mesh is None:
+            mesh = _meshes[key] = DeviceMesh(procs)
+        return mesh
+
+
+def activate(procs: ProcMesh) -> contextlib.AbstractContextManager[DeviceMesh]:
+    """``ProcMesh.activate()`` (the ``monarch.extensions`` hook)."""
+    return _activation(_device_mesh(procs))
+
+
+@contextlib.contextmanager
+def _activation(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
+    _active.meshes.append(mesh)
+    try:
+        with Mode():
+            yield mesh
+    finally:
+        _active.meshes.pop()
+        mesh.flush()
+
+
+@contextlib.contextmanager
+def coalescing() -> Iterator[None]:
+    """Hold the block's commands and send them together at its end (one
+    message per stream and mesh)."""
+    if not getattr(_coalescing, "depth", 0):
+        _coalescing.meshes = set()
+    _coalescing.depth = getattr(_coalescing, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _coalescing.depth -= 1
+        if not _coalescing.depth:
+            meshes, _coalescing.meshes = _coalescing.meshes, set()
+            for mesh in meshes:
+                mesh.flush()

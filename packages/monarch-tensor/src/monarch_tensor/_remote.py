@@ -1,0 +1,287 @@
+"""Functions and actor endpoints that run on every process of a mesh:
+``remote(fn)`` (its result is distributed tensors, or values through the
+endpoint adverbs), ``call_on_shard_and_fetch``, the ``rref`` adverb of actor
+endpoints, and distributed tensors as endpoint arguments (each actor gets
+its own process's shard)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from monarch_actor import Future
+from monarch_actor.extension import transform_arguments
+
+from . import _active
+from ._fetch import coordinates
+from ._mesh import DeviceMesh
+from ._table import Shard
+from ._tensor import (
+    Prepared,
+    Tensor,
+    emit,
+    faking,
+    get_active_stream,
+    incorrect,
+    new_ref,
+    prepare,
+    run_fake,
+)
+from ._worker import Meta
+
+__all__ = ["Remote", "call_on_shard_and_fetch", "remote", "rref"]
+
+_MODES = ("cached", "inspect", "mocked")
+_NEEDS_MESH = (
+    "Calling a 'remote' monarch function requires an active proc_mesh "
+    "(`with proc_mesh.activate():`)"
+)
+
+
+class Remote:
+    """A function that runs on every process of the active mesh.
+    ``f(*args)`` (or ``f.rref(*args)``) returns its results as distributed
+    tensors at once; ``call``, ``call_one``, ``choose``, ``stream`` and
+    ``broadcast`` run it as an actor endpoint would and return its values.
+
+    ``propagate`` says what ``f(*args)`` returns without running it here: a
+    callable given the arguments' fake tensors; ``"cached"`` (the default:
+    run once on the first process, on copies of its shards, per argument
+    shapes); ``"mocked"`` (the function itself on fake tensors, here);
+    ``"inspect"`` (it returns no tensors: ``f(*args)`` is ``None``)."""
+
+    def __init__(self, function: Callable[..., Any] | str, propagate: Any = None) -> None:
+        if isinstance(function, str):
+            self._op: Any = ("path", function)
+            self._name = function
+        elif callable(function):
+            self._op = function
+            self._name = getattr(function, "__qualname__", repr(function))
+            functools.update_wrapper(self, function)
+        else:
+            raise TypeError(
+                f"remote() takes a function or its 'package.module.name', got "
+                f"{type(function).__name__}"
+            )
+        if not (propagate is None or callable(propagate) or propagate in _MODES):
+            raise ValueError(
+                f"propagate={propagate!r}: give a function of the arguments' fake tensors, or "
+                f"one of {_MODES}"
+            )
+        self._propagate = propagate
+        self._cache: dict[Any, Any] = {}
+
+    def _function(self) -> Callable[..., Any]:
+        if isinstance(self._op, tuple):
+            module, _, name = self._op[1].rpartition(".")
+            found: Callable[..., Any] = getattr(importlib.import_module(module), name)
+            return found
+        function: Callable[..., Any] = self._op
+        return function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.rref(*args, **kwargs)
+
+    def rref(self, *args: Any, **kwargs: Any) -> Any:
+        """The function's results as distributed tensors, without waiting."""
+        prepared = prepare(self._name, args, kwargs)
+        if prepared.mesh is None:
+            raise ValueError(_NEEDS_MESH)
+        result = self._propagated(prepared)
+        return emit(self._op, self._name, prepared, result, fresh=True)
+
+    def _propagated(self, prepared: Prepared) -> Any:
+        propagate = self._propagate
+        if propagate == "inspect":
+            return None
+        if propagate == "mocked":
+            return run_fake(self._name, self._function(), *_fakes(prepared))
+        if callable(propagate):
+            return run_fake(self._name, propagate, *_fakes(prepared))
+        key = _signature(prepared)
+        described = self._cache.get(key)
+        if described is None:
+            mesh: DeviceMesh = prepared.mesh
+            mesh.flush()
+            first = mesh._peers.slice(**{name: 0 for name in mesh.names})
+            described = first.propagate.call_one(self._op, *prepared.sent).get()
+            self._cache[key] = described
+        return pytree.tree_map(
+            lambda leaf: _fake_of(leaf) if isinstance(leaf, Meta) else leaf, described
+        )
+
+    # -- as an endpoint ----------------------------------------------------------------
+
+    def _endpoint(self, how: str, args: Any, kwargs: Any) -> tuple[Any, Prepared]:
+        if not _active.meshes or _active.suspended():
+            if how == "broadcast":
+                raise incorrect(f"{self._name}.broadcast() needs an active mesh")
+            raise ValueError(_NEEDS_MESH)
+        prepared = prepare(self._name, args, kwargs)
+        mesh: DeviceMesh = prepared.mesh
+        assert prepared.stream is not None
+        mesh.flush()
+        return mesh._worker(prepared.stream.name).call, prepared
+
+    def call(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run on every process; a ``Future`` of the ``ValueMesh`` of results."""
+        endpoint, prepared = self._endpoint("call", args, kwargs)
+        result: Future[Any] = endpoint.call(self._op, *prepared.sent)
+        return result
+
+    def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run on the only process of the active mesh; a ``Future`` of the result."""
+        endpoint, prepared = self._endpoint("call_one", args, kwargs)
+        result: Future[Any] = endpoint.call_one(self._op, *prepared.sent)
+        return result
+
+    def choose(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run on one process of the active mesh; a ``Future`` of its result."""
+        endpoint, prepared = self._endpoint("choose", args, kwargs)
+        result: Future[Any] = endpoint.choose(self._op, *prepared.sent)
+        return result
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[Any]]:
+        """Run on every process; a ``Future`` per result, as each arrives."""
+        endpoint, prepared = self._endpoint("stream", args, kwargs)
+        results: Iterator[Future[Any]] = endpoint.stream(self._op, *prepared.sent)
+        return results
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+        """Run on every process, for its effect."""
+        endpoint, prepared = self._endpoint("broadcast", args, kwargs)
+        endpoint.broadcast(self._op, *prepared.sent)
+
+    def __repr__(self) -> str:
+        return f"<remote {self._name}>"
+
+
+def remote(function: Any = None, *, propagate: Any = None) -> Any:
+    """``remote(fn)``, ``remote("pkg.mod.fn")``, ``@remote`` or
+    ``@remote(propagate=...)``: a :class:`Remote` function."""
+    if function is None:
+        return functools.partial(remote, propagate=propagate)
+    return Remote(function, propagate)
+
+
+def call_on_shard_and_fetch(
+    function: Remote, *args: Any, shard: dict[str, int] | None = None, **kwargs: Any
+) -> Future[Any]:
+    """Run ``function`` on the process at ``shard`` (none: the first) of the
+    mesh of its tensor arguments (or the active one); a ``Future`` of its
+    result."""
+    if not isinstance(function, Remote):
+        raise TypeError(
+            f"call_on_shard_and_fetch() takes a remote() function, got {type(function).__name__}"
+        )
+    prepared = prepare(function._name, args, kwargs)
+    if prepared.mesh is None:
+        raise ValueError(_NEEDS_MESH)
+    mesh: DeviceMesh = prepared.mesh
+    assert prepared.stream is not None
+    at = coordinates(mesh, shard, {})
+    mesh.flush()
+    worker = mesh._worker(prepared.stream.name).slice(**at)
+    result: Future[Any] = worker.call.call_one(function._op, *prepared.sent)
+    return result
+
+
+def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The ``rref`` extension: call an actor endpoint on every process of the
+    active mesh; each actor's result stays on its process as its shard."""
+    name = f"{endpoint!r}.rref()"
+    if not _active.meshes or _active.suspended():
+        raise incorrect(f"{name} needs an active mesh (`with proc_mesh.activate():`)")
+    propagate = endpoint.propagate
+    if not (callable(propagate) or propagate == "inspect"):
+        raise ValueError(
+            f"{name} needs to know its results' shapes without running: declare the endpoint "
+            "with @endpoint(propagate=lambda *args: ...), a function of the arguments' fake "
+            "tensors (or propagate='inspect' if it returns no tensors)"
+        )
+    prepared = prepare(name, args, kwargs)
+    mesh: DeviceMesh = prepared.mesh
+    stream = prepared.stream or get_active_stream()
+    _check_same_processes(endpoint._mesh, mesh, name)
+    result = None if propagate == "inspect" else run_fake(name, propagate, *_fakes(prepared))
+    leaves, spec = pytree.tree_flatten(result)
+    outs: list[int] = []
+    made: list[Any] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            ref = new_ref()
+            outs.append(ref)
+            made.append(Tensor(_fake_of(Meta(leaf)), mesh, ref, stream))
+        else:
+            made.append(leaf)
+    mesh.flush()
+    endpoint._keep(args, kwargs, outs)
+    return pytree.tree_unflatten(made, spec)
+
+
+def _check_same_processes(actors: Any, mesh: DeviceMesh, name: str) -> None:
+    procs = actors._procs
+    ranks = set(actors._shape.ndslice)
+    if procs._table.id != mesh._procs._table.id or not ranks <= set(mesh._shape.ndslice):
+        raise incorrect(
+            f"WRONG_MESH: {name}: the actors are not on the processes of {mesh!r} (spawn them "
+            "on the proc mesh you activated)"
+        )
+
+
+def _fakes(prepared: Prepared) -> tuple[Any, Any]:
+    return prepared.fake_args, prepared.fake_kwargs
+
+
+def _fake_of(meta: Meta) -> torch.Tensor:
+    with faking():
+        fake = torch.empty_strided(
+            meta.shape, meta.stride, dtype=meta.dtype, device=torch.device(meta.device)
+        )
+    return fake.requires_grad_(meta.requires_grad)
+
+
+def _signature(prepared: Prepared) -> Any:
+    """What a cached propagation depends on: the arguments' structure, each
+    tensor's metadata, and the other values (by type when unhashable)."""
+    leaves, spec = pytree.tree_flatten((prepared.fake_args, prepared.fake_kwargs))
+    key: list[Any] = [str(spec)]
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            key.append((tuple(leaf.shape), leaf.stride(), leaf.dtype, leaf.requires_grad))
+        else:
+            try:
+                hash(leaf)
+                key.append((type(leaf), leaf))
+            except TypeError:
+                key.append(type(leaf))
+    return tuple(key)
+
+
+def _shards(actors: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Distributed tensor arguments of an endpoint call become references
+    to each receiving process's shard."""
+    if not any(isinstance(a, Tensor | list | tuple | dict) for a in (*args, *kwargs.values())):
+        return args, kwargs
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if not any(isinstance(leaf, Tensor) for leaf in leaves):
+        return args, kwargs
+    sent = []
+    for leaf in leaves:
+        if isinstance(leaf, Tensor):
+            if leaf._ref < 0:
+                raise incorrect("a tensor was sent to an endpoint after drop()")
+            _check_same_processes(actors, leaf._mesh, f"an endpoint of {actors._name}")
+            leaf._mesh.flush()
+            sent.append(Shard(leaf._ref))
+        else:
+            sent.append(leaf)
+    return pytree.tree_unflatten(sent, spec)
+
+
+transform_arguments(_shards)

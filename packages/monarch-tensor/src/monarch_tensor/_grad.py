@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import _active
+from ._active import meshes, suspended
 from ._tensor import Tensor, dispatch, faking, incorrect, new_ref, prepare, where
 
 __all__ = ["grad_function", "grad_generator"]
@@ -100,9 +100,7 @@ def grad_function(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def call(*args: Any) -> Any:
-        if any(isinstance(arg, Tensor) for arg in args) or (
-            _active.meshes and not _active.suspended()
-        ):
+        if any(isinstance(arg, Tensor) for arg in args) or (meshes and not suspended()):
             return dispatch(apply, args, {})  # one operation: forward runs on the processes
         return apply(*args)
 

@@ -21,7 +21,7 @@ from monarch_actor.extension import MeshOps
 from monarch_mesh import Shape
 from monarch_transport import EncodeError, encode
 
-from . import _active
+from ._active import meshes, streams
 from ._tensor import (
     MAIN,
     Mode,
@@ -293,7 +293,7 @@ def _sendable(command: tuple[Any, ...]) -> tuple[Any, ...]:
 def _checked(tensor: Tensor, name: str, inplace: bool) -> Tensor:
     """``tensor`` if an operation may use it now (and write it, if ``inplace``)."""
     prepare(name, (tensor,), {}, active=False)  # not dropped, not lent mutably
-    active = _active.streams[-1] if _active.streams else None
+    active = streams[-1] if streams else None
     if active is not None and active.name != tensor._stream.name:
         raise incorrect(
             f"WRONG_STREAM: {name} on {active} uses a tensor of {tensor._stream} "
@@ -340,12 +340,12 @@ def activate(procs: ProcMesh) -> contextlib.AbstractContextManager[DeviceMesh]:
 
 @contextlib.contextmanager
 def _activation(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
-    _active.meshes.append(mesh)
+    meshes.append(mesh)
     try:
         with Mode():
             yield mesh
     finally:
-        _active.meshes.pop()
+        meshes.pop()
         mesh.flush()
 
 

@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 from monarch_actor import Future
 from monarch_actor.extension import transform_arguments
 
-from . import _active
+from ._active import meshes, suspended
 from ._fetch import coordinates
 from ._mesh import DeviceMesh
 from ._table import Shard
@@ -118,7 +118,7 @@ class Remote:
     # -- as an endpoint ----------------------------------------------------------------
 
     def _endpoint(self, how: str, args: Any, kwargs: Any) -> tuple[Any, Prepared]:
-        if not _active.meshes or _active.suspended():
+        if not meshes or suspended():
             if how == "broadcast":
                 raise incorrect(f"{self._name}.broadcast() needs an active mesh")
             raise ValueError(_NEEDS_MESH)
@@ -195,7 +195,7 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The ``rref`` extension: call an actor endpoint on every process of the
     active mesh; each actor's result stays on its process as its shard."""
     name = f"{endpoint!r}.rref()"
-    if not _active.meshes or _active.suspended():
+    if not meshes or suspended():
         raise incorrect(f"{name} needs an active mesh (`with proc_mesh.activate():`)")
     propagate = endpoint.propagate
     if not (callable(propagate) or propagate == "inspect"):

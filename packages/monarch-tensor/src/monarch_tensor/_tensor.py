@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from . import _active
+from ._active import meshes, streams, suspend, suspended
 from ._table import Ref
 
 __all__ = [
@@ -56,7 +56,7 @@ _here = __file__.rsplit("/", 1)[0]
 @contextlib.contextmanager
 def faking() -> Iterator[None]:
     """Torch on fake tensors, here (not another distributed operation)."""
-    with _active.suspend(), FAKE:
+    with suspend(), FAKE:
         yield
 
 
@@ -84,9 +84,9 @@ def incorrect(message: str) -> TypeError:
 
 def get_active_mesh() -> Any:
     """The ``DeviceMesh`` of the innermost ``activate()`` block."""
-    if not _active.meshes or _active.suspended():
+    if not meshes or suspended():
         raise ValueError("no device mesh is active")
-    return _active.meshes[-1]
+    return meshes[-1]
 
 
 # -- streams ---------------------------------------------------------------------------
@@ -104,11 +104,11 @@ class Stream:
     @contextlib.contextmanager
     def activate(self) -> Iterator[Stream]:
         """Make this the stream operations run on, for the ``with`` block."""
-        _active.streams.append(self)
+        streams.append(self)
         try:
             yield self
         finally:
-            _active.streams.pop()
+            streams.pop()
 
     def borrow(self, t: Tensor, mutable: bool = False) -> tuple[Tensor, Borrow]:
         """``t`` for use on this stream, once its stream has made it. Until
@@ -144,7 +144,7 @@ MAIN = Stream("main")
 
 def get_active_stream() -> Stream:
     """The stream of the innermost ``stream.activate()`` block (``main``)."""
-    return _active.streams[-1] if _active.streams else MAIN
+    return streams[-1] if streams else MAIN
 
 
 class Borrow:
@@ -350,7 +350,7 @@ def prepare(name: str, args: Sequence[Any], kwargs: Any, *, active: bool = True)
     stream, not dropped or lent) and split its arguments."""
     flat, spec = pytree.tree_flatten((args, kwargs))
     out = Prepared()
-    mesh = _active.meshes[-1] if active and _active.meshes and not _active.suspended() else None
+    mesh = meshes[-1] if active and meshes and not suspended() else None
     stream = get_active_stream() if mesh is not None else None
     fakes: list[Any] = []
     sent: list[Any] = []
@@ -473,7 +473,7 @@ class Mode(TorchFunctionMode):
     def __torch_function__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
     ) -> Any:
-        if _active.suspended():
+        if suspended():
             return func(*args, **(kwargs or {}))
         return dispatch(func, args, kwargs or {})
 

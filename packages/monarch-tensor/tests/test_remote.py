@@ -1,0 +1,183 @@
+"""Remote functions, rref, and distributed tensors as endpoint arguments, on
+a mesh of 2 real processes."""
+
+import os
+
+import pytest
+import torch
+
+from monarch_actor import Actor, endpoint, this_host
+from monarch_tensor import (
+    RemoteTensorError,
+    Tensor,
+    call_on_shard_and_fetch,
+    fetch_shard,
+    remote,
+)
+
+
+@pytest.fixture(scope="module")
+def procs():
+    mesh = this_host().spawn_procs(per_host={"gpus": 2})
+    yield mesh
+    mesh.stop().get(timeout=60)
+
+
+class Keeper(Actor):
+    """Holds state per process; its endpoints see shards."""
+
+    @endpoint(propagate=lambda x: x)
+    def scale(self, x):
+        return x * 10
+
+    @endpoint(propagate=lambda x: (x.sum(), x))
+    def parts(self, x):
+        return x.sum(), x + 1
+
+    @endpoint(propagate=lambda x: x)
+    def broken(self, x):
+        raise ValueError("no scaling today")
+
+    @endpoint
+    def plain(self, x):
+        return x
+
+    @endpoint
+    def describe(self, x, tag):
+        return type(x).__name__, x.tolist(), tag
+
+
+def double(x):
+    return x * 2
+
+
+def stats(x):
+    return x.mean(), x.max()
+
+
+def bump(x):
+    x.add_(1)
+
+
+def all_sum(x, group):
+    out = x.clone()
+    torch.distributed.all_reduce(out, group=group)
+    return out
+
+
+def shards(t):
+    return [fetch_shard(t, gpus=g).get(timeout=60) for g in range(2)]
+
+
+def test_every_propagate_mode_gives_the_function_s_results(procs):
+    with procs.activate():
+        x = torch.rand(4)
+        results = {
+            "callable": remote(double, propagate=lambda x: x)(x),
+            "cached": remote(double)(x),
+            "mocked": remote(double, propagate="mocked")(x),
+            "path": remote("torch.neg", propagate=lambda x: x)(x),
+        }
+        mean, top = remote(stats)(x)
+        assert remote(bump, propagate="inspect")(x) is None
+    for name, result in results.items():
+        assert isinstance(result, Tensor) and result.shape == (4,), name
+    before = [s - 1 for s in shards(x)]  # bump ran after the others, in stream order
+    for g, x_g in enumerate(before):
+        assert torch.allclose(fetch_shard(results["cached"], gpus=g).get(), x_g * 2)
+        assert torch.allclose(fetch_shard(results["mocked"], gpus=g).get(), x_g * 2)
+        assert torch.allclose(fetch_shard(results["callable"], gpus=g).get(), x_g * 2)
+        assert torch.allclose(fetch_shard(results["path"], gpus=g).get(), -x_g)
+        assert torch.allclose(fetch_shard(mean, gpus=g).get(), x_g.mean())
+        assert torch.allclose(fetch_shard(top, gpus=g).get(), x_g.max())
+
+
+def test_cached_propagation_runs_once_per_argument_shape(procs):
+    f = remote(double)
+    with procs.activate():
+        f(torch.ones(2))
+        f(torch.zeros(2))
+        f(torch.ones(3))
+    assert len(f._cache) == 2
+
+
+def test_the_endpoint_adverbs_return_values(procs):
+    pid = remote(os.getpid)
+    with procs.activate():
+        pids = pid.call().get(timeout=60)
+        assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+        assert pid.choose().get(timeout=60) in pids.values()
+        assert sorted(f.get(timeout=60) for f in pid.stream()) == sorted(pids.values())
+        with pytest.raises(ValueError, match="exactly 1"):
+            pid.call_one()
+        x = torch.ones(2)
+        remote(bump, propagate="inspect").broadcast(x)
+        assert shards(x)[1].tolist() == [2.0, 2.0]
+    with procs.slice(gpus=1).activate():
+        assert pid.call_one().get(timeout=60) == pids.item(gpus=1)
+    with procs.activate():
+        assert call_on_shard_and_fetch(pid, shard={"gpus": 1}).get(timeout=60) == pids.item(gpus=1)
+
+
+def test_remote_needs_an_active_mesh_and_a_valid_propagate():
+    f = remote(double)
+    with pytest.raises(ValueError, match="requires an active proc_mesh"):
+        f.call()
+    with pytest.raises(TypeError, match="Incorrect arguments to monarch operation"):
+        f.broadcast()
+    with pytest.raises(ValueError, match="requires an active proc_mesh"):
+        f(torch.ones(2))
+    with pytest.raises(ValueError, match="propagate='sometimes'"):
+        remote(double, propagate="sometimes")
+    with pytest.raises(TypeError, match="takes a function"):
+        remote(42)
+
+
+def test_a_process_group_reaches_a_remote_function(procs):
+    with procs.activate() as mesh:
+        x = torch.rand(3)
+        total = remote(all_sum, propagate=lambda x, group: x)(x, mesh.process_group("gpus"))
+    a, b = shards(x)
+    for got in shards(total):
+        assert torch.allclose(got, a + b)
+
+
+def test_rref_keeps_actor_results_on_the_processes(procs):
+    keeper = procs.spawn("keeper", Keeper)
+    with procs.activate():
+        x = torch.rand(3)
+        scaled = keeper.scale.rref(x)
+        total, plus = keeper.parts.rref(x)
+        again = torch.relu(scaled) + 1  # results feed further operations
+        failed = keeper.broken.rref(x)
+        described = keeper.describe.call(x, tag="t").get(timeout=60)
+    for g, x_g in enumerate(shards(x)):
+        assert torch.allclose(fetch_shard(scaled, gpus=g).get(), x_g * 10)
+        assert torch.allclose(fetch_shard(again, gpus=g).get(), x_g * 10 + 1)
+        assert torch.allclose(fetch_shard(total, gpus=g).get(), x_g.sum())
+        assert torch.allclose(fetch_shard(plus, gpus=g).get(), x_g + 1)
+        kind, values, tag = described.item(gpus=g)
+        assert (kind, tag) == ("Tensor", "t")
+        assert torch.allclose(torch.tensor(values), x_g)
+    with pytest.raises(RemoteTensorError, match="no scaling today"):
+        fetch_shard(failed).get(timeout=60)
+
+
+def test_rref_errors_say_what_to_do(procs):
+    keeper = procs.spawn("keeper2", Keeper)
+    with pytest.raises(TypeError, match="needs an active mesh"):
+        keeper.scale.rref(torch.ones(2))
+    with procs.activate():
+        with pytest.raises(ValueError, match="propagate="):
+            keeper.plain.rref(torch.ones(2))
+    other = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        elsewhere = other.spawn("keeper", Keeper)
+        with procs.activate():
+            x = torch.ones(2)
+            with pytest.raises(TypeError, match="WRONG_MESH"):
+                elsewhere.scale.rref(x)
+            with pytest.raises(TypeError, match="WRONG_MESH"):
+                elsewhere.plain.call(x)
+    finally:
+        other.stop().get(timeout=60)

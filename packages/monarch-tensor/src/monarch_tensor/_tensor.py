@@ -197,16 +197,17 @@ class Tensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, fake: torch.Tensor, mesh: Any, ref: int, stream: Stream) -> Tensor:
-        made: Tensor = torch.Tensor._make_wrapper_subclass(
-            cls,
-            fake.size(),
-            strides=fake.stride(),
-            storage_offset=fake.storage_offset(),
-            dtype=fake.dtype,
-            layout=fake.layout,
-            device=fake.device,
-            requires_grad=fake.requires_grad,
-        )
+        with torch._C.DisableTorchFunction():  # reading the fake's metadata is not an operation
+            made: Tensor = torch.Tensor._make_wrapper_subclass(
+                cls,
+                fake.size(),
+                strides=fake.stride(),
+                storage_offset=fake.storage_offset(),
+                dtype=fake.dtype,
+                layout=fake.layout,
+                device=fake.device,
+                requires_grad=fake.requires_grad,
+            )
         made._fake, made._mesh, made._ref, made._stream = fake, mesh, ref, stream
         made._lent, made._borrow = [], None
         weakref.finalize(made, mesh._drop, stream.name, ref)

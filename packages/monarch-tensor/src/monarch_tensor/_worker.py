@@ -111,10 +111,12 @@ class _Groups:
     def __init__(self, stream: str, store: Any) -> None:
         self.stream = stream
         self.store = store
-        self.groups: dict[tuple[str, ...], Any] = {}
+        self.groups: dict[tuple[tuple[str, ...], bool], Any] = {}
 
-    def group(self, dims: tuple[str, ...]) -> Any:
-        made = self.groups.get(dims)
+    def group(self, dims: tuple[str, ...], cuda: bool = False) -> Any:
+        """The group over ``dims``: NCCL for CUDA tensors where torch has it, else gloo."""
+        nccl = cuda and dist.is_nccl_available()
+        made = self.groups.get((dims, nccl))
         if made is not None:
             return made
         point = current_rank()
@@ -125,14 +127,21 @@ class _Groups:
             rank = rank * sizes[dim] + coords[dim]
             size *= sizes[dim]
         rest = ",".join(f"{k}={v}" for k, v in coords.items() if k not in dims)
-        prefix = PrefixStore(f"{self.stream}/{'.'.join(dims)}/{rest}/", self.store)
-        made = dist.ProcessGroupGloo(prefix, rank, size, GROUP_TIMEOUT)
-        self.groups[dims] = made
+        backend = "nccl" if nccl else "gloo"
+        prefix = PrefixStore(f"{self.stream}/{backend}/{'.'.join(dims)}/{rest}/", self.store)
+        if nccl:
+            made = dist.ProcessGroupNCCL(prefix, rank, size)
+        else:
+            made = dist.ProcessGroupGloo(prefix, rank, size, GROUP_TIMEOUT)
+        self.groups[(dims, nccl)] = made
         return made
 
 
-def reduce_shard(group: Any, tensor: torch.Tensor, reduction: str, scatter: bool) -> torch.Tensor:
-    """This process's result of reducing ``tensor`` over ``group``."""
+def reduce_shard(
+    group: Any, tensor: torch.Tensor, reduction: str, scatter: bool, inplace: bool = False
+) -> torch.Tensor:
+    """This process's result of reducing ``tensor`` over ``group`` (into
+    ``tensor`` itself when ``inplace`` allows, without a copy)."""
     size, rank = group.size(), group.rank()
     if reduction == "stack":
         gathered = [torch.empty_like(tensor) for _ in range(size)]
@@ -141,12 +150,16 @@ def reduce_shard(group: Any, tensor: torch.Tensor, reduction: str, scatter: bool
             return torch.stack([part[rank] for part in gathered])
         stacked: torch.Tensor = torch.stack(gathered)
         return stacked
-    result = tensor.detach().clone().contiguous()
+    direct = inplace and not scatter and tensor.is_contiguous()
+    result = tensor if direct else tensor.detach().clone().contiguous()
     options = dist.AllreduceOptions()
     options.reduceOp = REDUCTIONS[reduction]
     group.allreduce([result], options).wait()
     if reduction == "avg":
-        result = result / size if result.is_floating_point() else result // size
+        if direct:
+            result.div_(size, rounding_mode=None if result.is_floating_point() else "floor")
+        else:
+            result = result / size if result.is_floating_point() else result // size
     if scatter:
         part: torch.Tensor = result.chunk(size)[rank].clone()
         return part
@@ -192,15 +205,15 @@ class TensorWorker(Actor):
             if isinstance(leaf, Ref):
                 return TABLE.tensor(leaf.id)
             if isinstance(leaf, GroupRef):
-                return self._group(leaf.dims)
+                return self._group(leaf.dims, torch.cuda.is_available())
             return leaf
 
         return pytree.tree_map(get, tree)
 
-    def _group(self, dims: tuple[str, ...]) -> Any:
+    def _group(self, dims: tuple[str, ...], cuda: bool) -> Any:
         if self.groups is None:
             raise RuntimeError("no store: the controller sends one before the first collective")
-        return self.groups.group(dims)
+        return self.groups.group(dims, cuda)
 
     @endpoint
     def run(self, batch: list[tuple[Any, ...]]) -> None:
@@ -234,8 +247,9 @@ class TensorWorker(Actor):
     ) -> None:
         try:
             tensor = TABLE.tensor(source)
-            result = reduce_shard(self._group(dims), tensor, reduction, scatter)
-            if inplace:
+            group = self._group(dims, tensor.is_cuda)
+            result = reduce_shard(group, tensor, reduction, scatter, inplace)
+            if inplace and result is not tensor:
                 with torch.no_grad():
                     tensor.copy_(result)
                 result = tensor

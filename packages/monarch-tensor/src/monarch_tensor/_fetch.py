@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
+import threading
 from typing import Any
 
 from torch.utils import _pytree as pytree
 
-from monarch_actor import Future, returns_future
+from monarch_actor import Future
+from monarch_actor.extension import future_from
 
 from ._errors import RemoteTensorError
 from ._mesh import DeviceMesh
@@ -51,18 +55,41 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
             worker = mesh._worker(leaf._stream.name).slice(**at)
             asked.append((index, worker.fetch.call_one(leaf._ref)))
 
-    @returns_future
-    async def gather() -> Any:
-        values = list(leaves)
-        for index, future in asked:
-            ok, value = await future
-            if not ok:
-                raise RemoteTensorError(value)
-            values[index] = value
-        return pytree.tree_unflatten(values, spec)
+    return _gathered(leaves, spec, asked)
 
-    result: Future[Any] = gather()
-    return result
+
+def _gathered(leaves: list[Any], spec: Any, asked: list[tuple[int, Future[Any]]]) -> Future[Any]:
+    """A ``Future`` of the pytree once every asked shard has arrived (by
+    callbacks: no event loop per fetch)."""
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    values = list(leaves)
+    left = [len(asked)]
+    lock = threading.Lock()
+
+    def arrived(index: int, future: Future[Any]) -> None:
+        try:
+            ok, value = future.get()
+        except BaseException as error:
+            with lock:
+                if not done.done():
+                    done.set_exception(error)
+            return
+        with lock:
+            if done.done():
+                return
+            if not ok:
+                done.set_exception(RemoteTensorError(value))
+                return
+            values[index] = value
+            left[0] -= 1
+            if not left[0]:
+                done.set_result(pytree.tree_unflatten(values, spec))
+
+    if not asked:
+        done.set_result(pytree.tree_unflatten(values, spec))
+    for index, future in asked:
+        future.add_done_callback(functools.partial(arrived, index))
+    return future_from(done)
 
 
 def inspect(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Any:

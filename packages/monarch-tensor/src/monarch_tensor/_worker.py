@@ -130,7 +130,7 @@ class _Groups:
         backend = "nccl" if nccl else "gloo"
         prefix = PrefixStore(f"{self.stream}/{backend}/{'.'.join(dims)}/{rest}/", self.store)
         if nccl:
-            made = dist.ProcessGroupNCCL(prefix, rank, size)
+            made = dist.ProcessGroupNCCL(prefix, rank, size, dist.ProcessGroupNCCL.Options())
         else:
             made = dist.ProcessGroupGloo(prefix, rank, size, GROUP_TIMEOUT)
         self.groups[(dims, nccl)] = made

@@ -695,3 +695,83 @@ def test_tensors_in_structures(torch: Any) -> None:
     assert torch.equal(got["a"], a) and torch.equal(got["pair"][0], b)
     assert torch.equal(got["pair"][1][0], a)
     assert math.isclose(float(got["a"].sum()), 5.0)
+
+
+def test_two_threads_decoding_one_half_imported_package(tmp_path: Path, monkeypatch: Any) -> None:
+    """Actors decode on threads of their own: a message whose decoding imports a package
+    and one that needs its submodule meanwhile must not meet the package half made."""
+    (tmp_path / "halfmade_gate.py").write_text(
+        textwrap.dedent(
+            """
+            import sys
+            import threading
+
+            inside, second_done = threading.Event(), threading.Event()
+            second_thread = None
+
+            def _waiting(thread):
+                # for this package, inside its submodule (with its import lock taken), or
+                # for the decoder's own lock, before importing anything
+                frame = sys._current_frames().get(thread.ident) if thread.ident else None
+                names = set()
+                while frame is not None:
+                    names.add(frame.f_code.co_name)
+                    frame = frame.f_back
+                return "_lock_unlock_module" in names or (
+                    "find_class" in names and "_find_and_load" not in names
+                )
+
+            def hold():
+                # the package stays half made until the second decode waits for it,
+                # or has ended (bounded: 1000 checks)
+                inside.set()
+                for _ in range(1000):
+                    thread = second_thread
+                    if second_done.is_set() or (thread and _waiting(thread)):
+                        return
+                    second_done.wait(0.01)
+            """
+        )
+    )
+    package = tmp_path / "halfmade"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import halfmade_gate\n\nhalfmade_gate.hold()\n\n\ndef made():\n    return 'made'\n\n\n"
+        "from halfmade.sub import sub  # the package imports its submodule, as torch does\n"
+    )
+    (package / "sub.py").write_text(
+        "from halfmade import made\n\n\ndef sub():\n    return made()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("halfmade_gate", "halfmade", "halfmade.sub"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import halfmade_gate  # type: ignore[import-not-found]
+
+    def by_name(module: str, name: str) -> list[bytes]:
+        # a reference to module.name, pickled without importing it here
+        data = pickle.dumps((module, name), protocol=5).replace(b"\x86", pickle.STACK_GLOBAL)
+        return [encode(None)[0], data]
+
+    results: dict[str, Any] = {}
+
+    def decode_into(key: str, frames: list[bytes], done: threading.Event) -> None:
+        try:
+            results[key] = decode(frames)[1]()
+        except DecodeError as error:
+            results[key] = error
+        done.set()
+
+    first_done = threading.Event()
+    first = threading.Thread(
+        target=decode_into, args=("first", by_name("halfmade", "made"), first_done)
+    )
+    first.start()
+    assert halfmade_gate.inside.wait(10)
+    second = threading.Thread(
+        target=decode_into,
+        args=("second", by_name("halfmade.sub", "sub"), halfmade_gate.second_done),
+    )
+    halfmade_gate.second_thread = second
+    second.start()
+    assert first_done.wait(30) and halfmade_gate.second_done.wait(30)
+    assert results == {"first": "made", "second": "made"}

@@ -88,7 +88,6 @@ _CASTABLE_FORMATS: Final = frozenset(
 
 _cloudpickle_reducer_override = cloudpickle.Pickler.reducer_override
 _pickler_dump = pickle.Pickler.dump
-_loads = pickle.loads
 _unpackb = msgpack.unpackb
 
 # Resolved lazily: torch is optional and never imported here; once the process has
@@ -111,13 +110,28 @@ def encode(
     stays readable without unpickling. The payload may be anything cloudpickle
     can pickle. Out-of-band frames share memory with the payload's objects.
 
-    >>> frames = encode({"x": 1}, {"to": "actor"})
-    >>> len(frames), decode(frames)
-    (2, ({'to': 'actor'}, {'x': 1}))
+    Args:
+        payload: the value to send; anything cloudpickle can pickle.
+        header: what a router reads without unpickling (msgpack values only);
+            ``None`` for an empty header.
+        max_size: the largest total size of the frames, in bytes; ``None`` for no
+            limit.
+        inline_threshold: bytes-like values of this many bytes or more travel
+            out-of-band, as frames of their own.
 
-    Raises :class:`EncodeError` for a header msgpack cannot encode or a payload
-    that cannot be pickled, and :class:`MessageTooLarge` when the frames add up
-    to more than ``max_size`` bytes.
+    Returns:
+        The frames: the header frame, the pickle frame, then any out-of-band buffers.
+
+    Raises:
+        EncodeError: the header holds a value msgpack cannot encode, or the payload
+            cannot be pickled.
+        MessageTooLarge: the frames add up to more than ``max_size`` bytes.
+        ValueError: ``inline_threshold`` is negative.
+
+    Examples:
+        >>> frames = encode({"x": 1}, {"to": "actor"})
+        >>> len(frames), decode(frames)
+        (2, ({'to': 'actor'}, {'x': 1}))
     """
     global _tensor_type
     if inline_threshold < 0:
@@ -154,9 +168,20 @@ def encode_header(header: Mapping[str, Any]) -> bytes:
     """The header frame alone, for a router that forwards a message with a new
     header and the same payload frames (nothing is pickled again).
 
-    >>> frames = encode([1, 2], {"hop": 0})
-    >>> decode([encode_header({"hop": 1}), *frames[1:]])
-    ({'hop': 1}, [1, 2])
+    Args:
+        header: the new header (msgpack values only).
+
+    Returns:
+        The header frame: the codec version byte, then the header as msgpack.
+
+    Raises:
+        EncodeError: ``header`` is not a mapping, or holds a value msgpack cannot
+            encode.
+
+    Examples:
+        >>> frames = encode([1, 2], {"hop": 0})
+        >>> decode([encode_header({"hop": 1}), *frames[1:]])
+        ({'hop': 1}, [1, 2])
     """
     return _encode_header(header, _state.packer)
 
@@ -164,11 +189,16 @@ def encode_header(header: Mapping[str, Any]) -> bytes:
 def decode_header(frames: Sequence[bytes | bytearray | memoryview]) -> dict[str, Any]:
     """The header of a message, read from ``frames[0]`` alone: nothing is unpickled.
 
-    >>> decode_header(encode(object(), {"seq": 7}))
-    {'seq': 7}
+    Args:
+        frames: a message's frames, as ``encode`` made them.
 
-    Raises :class:`DecodeError` for an empty message, a codec version other
-    than :data:`CODEC_VERSION`, or a header that is not a msgpack map.
+    Raises:
+        DecodeError: the message is empty, its codec version is not
+            ``CODEC_VERSION``, or its header is not a msgpack map.
+
+    Examples:
+        >>> decode_header(encode(object(), {"seq": 7}))
+        {'seq': 7}
     """
     try:
         frame = frames[0]
@@ -210,15 +240,25 @@ def decode_header(frames: Sequence[bytes | bytearray | memoryview]) -> dict[str,
 
 
 def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, Any], object]:
-    """Decode frames made by :func:`encode` into ``(header, payload)``.
+    """Decode frames made by ``encode`` into ``(header, payload)``.
 
     Values sent out-of-band come back as the types sent, on the received buffers
     where the type allows it: numpy arrays and memoryviews always, tensors and
     bytearrays when the frame is writable, bytes when the frame is ``bytes``.
 
-    Raises :class:`DecodeError`, and nothing else, for frames that are not a
-    valid message, or whose payload cannot be unpickled here (for example, it
-    needs a module this process cannot import).
+    Unpickling runs code chosen by the sender: decode only frames from
+    authenticated peers.
+
+    Args:
+        frames: a message's frames, as ``encode`` made them.
+
+    Returns:
+        The header and the payload.
+
+    Raises:
+        DecodeError: the frames are not a valid message, or the payload cannot be
+            unpickled here (for example, it needs a module this process cannot
+            import). No other exception is raised.
     """
     header = decode_header(frames)
     count = len(frames)
@@ -228,10 +268,11 @@ def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, 
             "frame, a pickle frame, then any out-of-band buffers"
         )
     try:
-        if count == 2:
-            payload = _loads(frames[1])
+        data = frames[1]
+        if count == 2 and type(data) is not memoryview and _STACK_GLOBAL not in data:
+            payload = pickle.loads(data)  # nothing to import: the fastest path
         else:
-            payload = _Unpickler(io.BytesIO(frames[1]), buffers=frames[2:]).load()
+            payload = _Unpickler(io.BytesIO(data), buffers=frames[2:]).load()
     except Exception as error:  # a corrupt stream can raise almost anything
         raise DecodeError(
             f"cannot unpickle the payload ({_describe(error)}); the frames are "
@@ -556,12 +597,42 @@ def _reduce_tensor(tensor: Any) -> tuple[Any, ...] | None:
 # changing them breaks the wire format, and calls for a new CODEC_VERSION.
 
 
+# Two threads importing one package at once can break it: to get out of a lock cycle
+# between a package and its submodule, CPython hands one thread the half-made module
+# ("cannot import name ... from partially initialized module"). Actors decode what
+# they receive on threads of their own, so two spawns arriving together (an actor whose
+# class uses torch, and monarch-tensor's worker) would import torch twice at once: every
+# import an unpickler makes holds this lock. A module already imported needs no lock.
+_import_lock = threading.RLock()
+_STACK_GLOBAL: Final = pickle.STACK_GLOBAL  # the opcode that imports (protocol 4 and up)
+_subimport = cloudpickle.cloudpickle.subimport
+
+
+def _locked_subimport(name: str) -> Any:
+    with _import_lock:
+        return _subimport(name)
+
+
+def _imported(module: str) -> bool:
+    loaded = sys.modules.get(module)
+    spec = getattr(loaded, "__spec__", None)
+    return loaded is not None and not getattr(spec, "_initializing", False)
+
+
 class _Unpickler(pickle.Unpickler):
-    """The unpickler for messages with out-of-band buffers, which may carry persistent ids."""
+    """The unpickler of messages: out-of-band buffers, persistent ids, imports one at a time."""
 
     def __init__(self, file: io.BytesIO, *, buffers: Iterable[Any]) -> None:
         super().__init__(file, buffers=buffers)
         self.loaded: dict[int, tuple[object, object]] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if _imported(module):
+            found = super().find_class(module, name)
+        else:
+            with _import_lock:
+                found = super().find_class(module, name)
+        return _locked_subimport if found is _subimport else found
 
     def persistent_load(self, pid: Any) -> Any:
         # Keyed by the pid object, which the cache keeps alive so its id stays unique.
@@ -594,7 +665,11 @@ def _rebuild_memoryview(data: Any, layout: tuple[str, tuple[int, ...]] | None) -
 
 
 def _rebuild_tensor(data: Any, dtype_name: str, shape: tuple[int, ...], requires_grad: bool) -> Any:
-    torch = sys.modules.get("torch") or importlib.import_module("torch")
+    if _imported("torch"):
+        torch = sys.modules["torch"]
+    else:
+        with _import_lock:
+            torch = importlib.import_module("torch")
     dtype = getattr(torch, dtype_name, None)
     if not isinstance(dtype, torch.dtype):
         raise pickle.UnpicklingError(f"{dtype_name!r} is not a torch dtype")

@@ -3,14 +3,15 @@
 Actors live in meshes of processes; endpoints are called on whole meshes or
 slices of them; replies come back as futures.
 
->>> from monarch_actor import Actor, endpoint, this_proc
->>> class Greeter(Actor):
-...     @endpoint
-...     def greet(self, name: str) -> str:
-...         return f"hello, {name}"
->>> greeter = this_proc().spawn("greeter", Greeter)
->>> greeter.greet.call_one("world").get()
-'hello, world'
+Examples:
+    >>> from monarch_actor import Actor, endpoint, this_proc
+    >>> class Greeter(Actor):
+    ...     @endpoint
+    ...     def greet(self, name: str) -> str:
+    ...         return f"hello, {name}"
+    >>> greeter = this_proc().spawn("greeter", Greeter)
+    >>> greeter.greet.call_one("world").get()
+    'hello, world'
 """
 
 from monarch_mesh import Extent, Point
@@ -44,6 +45,7 @@ from ._core.ports import Channel, Port, PortReceiver, RankedPortReceiver
 from ._supervision.faults import MeshFailure, unhandled_fault_hook
 
 Endpoint = ActorEndpoint
+"""Monarch's name for ``ActorEndpoint``."""
 
 __all__ = [
     "attach_to_workers",

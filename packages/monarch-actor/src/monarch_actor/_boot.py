@@ -150,11 +150,28 @@ before_fail_fast_exit(stop_everything)
 def run_worker_loop_until_shutdown(
     *, address: str, ca: Any = TRUST_ALL, private_key: Any = None
 ) -> None:
-    """Serve this host to controllers on other machines at ``address``
-    (``tcp://HOST:PORT``, ``ipc:///path``, or ``tcp://NAME:PORT@tcp://0.0.0.0:PORT``
-    to listen on every interface and be dialed by NAME), and return once a
-    controller shuts the host down. A controller that goes away without
-    shutting it down has its processes here killed; the next one may attach."""
+    """Serve this host to controllers on other machines, and return once one shuts it down.
+
+    A controller that goes away without shutting the host down has its
+    processes here killed; the next one may attach.
+
+    Args:
+        address: where to listen: ``tcp://HOST:PORT``, ``ipc:///path``, or
+            ``tcp://NAME:PORT@tcp://0.0.0.0:PORT`` to listen on every interface
+            and be dialed by NAME.
+        ca: ``"trust_all_connections"`` (the default): controllers prove
+            themselves with the job's secret (``$MONARCH_JOB_SECRET`` or the
+            file ``$MONARCH_JOB_SECRET_FILE`` names). Otherwise the certificate
+            authority (PEM bytes or a file) that signed every side's certificate,
+            for mutual TLS.
+        private_key: with a certificate authority, this side's certificate and
+            key (PEM bytes or a file holding both).
+
+    Raises:
+        RuntimeError: this process already runs Monarch (as a controller or a proc).
+        OSError: nothing can listen at ``address``.
+        ValueError: the address or the security options are invalid.
+    """
     tls = configure_security(ca, private_key)
     dial, bind = split_alias(address, tls)
     if maybe_runtime() is not None:
@@ -191,8 +208,21 @@ def run_worker_loop_until_shutdown(
 
 
 def run_worker_loop_forever(*, address: str, ca: Any = TRUST_ALL, private_key: Any = None) -> None:
-    """Serve this host at ``address`` until a controller shuts it down, then
-    exit the process (Monarch's worker entry point; ``monarch worker`` runs it)."""
+    """Serve this host at ``address`` until a controller shuts it down, then exit the process.
+
+    Monarch's worker entry point; ``monarch worker`` runs it. Otherwise as
+    ``run_worker_loop_until_shutdown``.
+
+    Args:
+        address: where to listen (see ``run_worker_loop_until_shutdown``).
+        ca: ``"trust_all_connections"`` (the default): controllers prove
+            themselves with the job's secret (``$MONARCH_JOB_SECRET`` or the
+            file ``$MONARCH_JOB_SECRET_FILE`` names). Otherwise the certificate
+            authority (PEM bytes or a file) that signed every side's certificate,
+            for mutual TLS.
+        private_key: with a certificate authority, this side's certificate and
+            key (PEM bytes or a file holding both).
+    """
     run_worker_loop_until_shutdown(address=address, ca=ca, private_key=private_key)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -202,8 +232,22 @@ def run_worker_loop_forever(*, address: str, ca: Any = TRUST_ALL, private_key: A
 def start_worker_loop_forever(
     *, address: str, ca: Any = TRUST_ALL, private_key: Any = None
 ) -> Future[None]:
-    """Serve this host at ``address`` on a thread of its own; the future
-    resolves when a controller shuts the host down."""
+    """Serve this host at ``address`` on a thread of its own.
+
+    Args:
+        address: where to listen (see ``run_worker_loop_until_shutdown``).
+        ca: ``"trust_all_connections"`` (the default): controllers prove
+            themselves with the job's secret (``$MONARCH_JOB_SECRET`` or the
+            file ``$MONARCH_JOB_SECRET_FILE`` names). Otherwise the certificate
+            authority (PEM bytes or a file) that signed every side's certificate,
+            for mutual TLS.
+        private_key: with a certificate authority, this side's certificate and
+            key (PEM bytes or a file holding both).
+
+    Returns:
+        A ``Future`` that resolves when a controller shuts the host down, or
+        fails with what stopped the worker from serving.
+    """
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def run() -> None:

@@ -6,12 +6,13 @@ the lifecycle events of actors and processes (``subscribe(callback)``:
 each ``monarch_supervision.LifecycleEvent`` of this process, on the thread
 that saw it; callbacks must be quick).
 
->>> import concurrent.futures
->>> from monarch_actor.extension import future_from, resolved
->>> cf = concurrent.futures.Future()
->>> cf.set_result(7)
->>> future_from(cf).get(), resolved("ok").get()
-(7, 'ok')
+Examples:
+    >>> import concurrent.futures
+    >>> from monarch_actor.extension import future_from, resolved
+    >>> cf = concurrent.futures.Future()
+    >>> cf.set_result(7)
+    >>> future_from(cf).get(), resolved("ok").get()
+    (7, 'ok')
 """
 
 from __future__ import annotations
@@ -43,15 +44,25 @@ T = TypeVar("T")
 
 
 def future_from(cf: concurrent.futures.Future[T]) -> Future[T]:
-    """A Monarch ``Future`` that completes when ``cf`` does, with its result
-    or its exception. ``cf`` may be completed from any thread."""
+    """A Monarch ``Future`` that completes when ``cf`` does, with its result or its exception.
+
+    Args:
+        cf: the future to follow; it may be completed from any thread.
+
+    Raises:
+        TypeError: ``cf`` is not a ``concurrent.futures.Future``.
+    """
     if not isinstance(cf, concurrent.futures.Future):
         raise TypeError(f"future_from() takes a concurrent.futures.Future, got {type(cf).__name__}")
     return Future._of(cf)
 
 
 def resolved(value: T) -> Future[T]:
-    """A Monarch ``Future`` that is already done with ``value``."""
+    """A Monarch ``Future`` that is already done with ``value``.
+
+    Args:
+        value: the future's result.
+    """
     return Future._done(value)
 
 

@@ -23,9 +23,22 @@ variable is not set (as Monarch's stand-in does)."""
 
 
 def parse_worker_list(text: str, origin: str) -> list[str]:
-    """Worker addresses from ``text``: separated by commas, spaces or
-    newlines; ``#`` starts a comment. ``origin`` names where the text came
-    from, for errors."""
+    """Read worker addresses from a list such as a hosts file or variable holds.
+
+    Addresses are separated by commas, spaces or newlines; ``#`` starts a
+    comment that runs to the end of its line.
+
+    Args:
+        text: the list to read.
+        origin: where the text came from (a file, a variable), named in errors.
+
+    Returns:
+        The addresses, in the order listed.
+
+    Raises:
+        WorkerAddressError: the text lists no address, or an entry is not a
+            ``tcp://``, ``tls://`` or ``ipc://`` address.
+    """
     addresses: list[str] = []
     for line in text.splitlines():
         line = line.split("#", 1)[0]
@@ -44,14 +57,27 @@ def parse_worker_list(text: str, origin: str) -> list[str]:
 
 
 def hosts_from_config(name: str) -> HostMesh:
-    """The host mesh configured under ``name``: the environment variable
-    ``name`` lists the workers' addresses (``tcp://host:port``, separated by
-    commas, spaces or newlines) or names a file that lists them, one mesh of
-    extent ``{"hosts": N}``; the workers must share this script's
-    ``MONARCH_JOB_SECRET``.
+    """Attach to the host mesh a deployment configures under ``name``.
+
+    The environment variable ``name`` lists the workers' addresses
+    (``tcp://host:port``, separated by commas, spaces or newlines) or names a
+    file that lists them; the result is one mesh of extent ``{"hosts": N}``.
+    The workers must share this script's ``MONARCH_JOB_SECRET``.
 
     With the variable unset, as in Monarch, two worker processes are started
     on this machine (extent ``{"hosts": 2}``); they end when this script ends.
+
+    Args:
+        name: the configuration's name: the environment variable to read,
+            also used as the mesh's name.
+
+    Returns:
+        The host mesh of the listed (or started) workers.
+
+    Raises:
+        TypeError: ``name`` is not a non-empty string.
+        WorkerAddressError: the variable holds neither addresses nor the path
+            of an existing file, or the list it gives is malformed.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"hosts_from_config takes the name of a configuration, got {name!r}")

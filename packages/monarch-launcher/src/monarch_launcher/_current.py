@@ -46,8 +46,19 @@ def import_job(spec: str) -> JobTrait:
 
 
 def set_current_job(module_path: str) -> None:
-    """Record ``module_path`` (``module.attr`` of a job object) as this
-    folder's current job, after checking that it imports."""
+    """Record a job spec as the current job of this folder.
+
+    The spec is imported first, to check that it names a job; then its path
+    is written to ``.monarch/spec``, where ``load_current_job`` finds it.
+
+    Args:
+        module_path: the job object's import path, ``module.attr`` (or
+            ``module:attr``), importable from the current folder.
+
+    Raises:
+        ValueError: the module cannot be imported or has no such attribute.
+        TypeError: the attribute is not a job (``JobTrait``).
+    """
     import_job(module_path)
     path = Path(SPEC_PATH)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,8 +66,19 @@ def set_current_job(module_path: str) -> None:
 
 
 def load_current_job() -> JobTrait:
-    """A fresh job object from the spec ``set_current_job`` recorded here;
-    ``.state()`` on it reuses the running job cached for this folder."""
+    """Import again the job that ``set_current_job`` recorded in this folder.
+
+    The job object is a fresh one; ``.state()`` on it reuses the running job
+    cached for this folder.
+
+    Returns:
+        The recorded job spec's job object.
+
+    Raises:
+        FileNotFoundError: no current job is recorded here.
+        ValueError: the recorded spec no longer imports.
+        TypeError: the recorded spec no longer names a job.
+    """
     try:
         spec = Path(SPEC_PATH).read_text().strip()
     except FileNotFoundError:

@@ -73,15 +73,33 @@ def exec_command(
     point: dict[str, int] | None = None,
     per_host: dict[str, int] | None = None,
 ) -> Future[int]:
-    """Run ``cmd`` on the hosts of ``host_mesh`` (one proc per host, or
-    ``per_host`` of them), each with ``MONARCH_RANK_<DIM>``/``MONARCH_SIZE_<DIM>``
-    set; resolves to the highest exit status (0: all succeeded).
+    """Run a command on every host of a host mesh (or one), as a shell would.
 
-    ``rank`` (flat) or ``point`` (coordinates) picks one place; ``env`` adds
-    variables; ``workdir`` is where it runs (default: this script's folder,
-    if it exists there); ``output_dir`` takes each rank's ``stdout.txt`` and
-    ``stderr.txt`` (``$SUBDIR`` becomes the rank's coordinates) instead of
-    printing the output here."""
+    Each run has ``MONARCH_RANK_<DIM>`` and ``MONARCH_SIZE_<DIM>`` set to its
+    place in the mesh. A ``.py`` script or ``-m module`` runs with the
+    remote proc's Python; anything else runs as a program. Unless
+    ``output_dir`` is given, each run's output is printed here.
+
+    Args:
+        host_mesh: the hosts to run on.
+        cmd: the command and its arguments, e.g. ``["nvidia-smi"]``.
+        env: variables added to the command's environment.
+        workdir: where the command runs (default: this script's working
+            directory, where that exists on the host).
+        output_dir: a folder on each host that takes each run's
+            ``stdout.txt`` and ``stderr.txt`` instead; ``$SUBDIR`` in it
+            becomes the run's coordinates, e.g. ``hosts_0_gpus_1``.
+        rank: run only at this flat rank of ``host_mesh``.
+        point: run only at these coordinates, e.g. ``{"hosts": 1}``.
+        per_host: procs per host, e.g. ``{"gpus": 8}`` (default: one).
+
+    Returns:
+        A future of the highest exit status (0: every run succeeded).
+
+    Raises:
+        TypeError: ``cmd`` is a string or empty.
+        ValueError: both ``rank`` and ``point`` are given.
+    """
     if isinstance(cmd, str) or not cmd:
         raise TypeError(f"cmd is a non-empty list of arguments, e.g. ['nvidia-smi'], got {cmd!r}")
     if rank is not None and point is not None:

@@ -50,10 +50,14 @@ BATCH_ENV = "MONARCH_BATCH_JOB"
 
 
 class JobState:
-    """The host meshes of a running job, one attribute per mesh name::
+    """The host meshes of a running job, one attribute per mesh name.
 
-    state = job.state()
-    state.trainers     # the HostMesh of the mesh named "trainers"
+    ``job.state()`` returns one: ``state.trainers`` is the ``HostMesh`` of the
+    mesh named ``"trainers"``; a name the job does not have raises
+    ``AttributeError`` listing the names it has.
+
+    Args:
+        hosts: each mesh's name and its host mesh.
     """
 
     def __init__(self, hosts: Mapping[str, HostMesh]) -> None:
@@ -125,9 +129,18 @@ class JobTrait(ABC):
 
     @abstractmethod
     def can_run(self, spec: JobTrait) -> bool:
-        """True if this (running) job can serve ``spec``: same kind of job,
-        same meshes and options, and still alive. A cached job that can run
-        the spec a script asks for is reused instead of applying a new one."""
+        """Tell whether this (running) job can serve ``spec``.
+
+        It can when it is the same kind of job, with the same meshes and
+        options, and still alive. A cached job that can run the spec a script
+        asks for is reused instead of applying a new one.
+
+        Args:
+            spec: the job a script asks for.
+
+        Returns:
+            True if this job can stand in for ``spec``.
+        """
 
     @abstractmethod
     def _kill(self) -> None:
@@ -166,20 +179,37 @@ class JobTrait(ABC):
     def apply(self, client_script: str | None = None) -> None:
         """Bring the job as specified into existence, unless it already runs.
 
-        With ``client_script``, the job also runs that script as its client
-        (where the scheduler supports it), with ``MONARCH_BATCH_JOB=1`` set."""
+        Args:
+            client_script: a script the job also runs as its client (where the
+                scheduler supports it), with ``MONARCH_BATCH_JOB=1`` set;
+                None runs no client.
+
+        Raises:
+            JobError: the scheduler could not start the job, or cannot run a
+                client script.
+        """
         if self._running is None:
             self._create(client_script)
             self._apply_id = str(uuid.uuid4())
             self._status = "running"
 
     def state(self, cached_path: str | None = DEFAULT_JOB_PATH) -> JobState:
-        """The host meshes of the running job, by mesh name.
+        """Get the host meshes of the running job, applying it first if needed.
 
-        If this job is not running yet: a job cached at ``cached_path`` that
+        If this job is not running yet, a job cached at ``cached_path`` that
         can run this spec is reused (a cached one that cannot is killed);
-        otherwise the job is applied and, unless ``cached_path`` is None,
-        saved there for the next run."""
+        otherwise the job is applied and saved there for the next run.
+
+        Args:
+            cached_path: the job cache file to reuse and write; None neither
+                reads nor writes a cache.
+
+        Returns:
+            The running job's host meshes, one attribute per mesh name.
+
+        Raises:
+            JobError: the job could not be started or its workers reached.
+        """
         running = self._running
         if running is None:
             cached = self._load_cached(cached_path)
@@ -258,9 +288,15 @@ class JobTrait(ABC):
         return pickle.dumps(self)
 
     def dump(self, path: str) -> None:
-        """Save this job to ``path`` (readable by its owner only: a running job
-        holds the secret its workers accept). A symlink at ``path`` is followed;
-        missing folders are created."""
+        """Save this job to a file, which ``job_load`` reads back.
+
+        Keep the file private: a running job holds the secret its workers
+        accept.
+
+        Args:
+            path: the file to write; a symlink there is followed and missing
+                folders are created.
+        """
         target = os.path.realpath(path)
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
         data = self.dumps()
@@ -305,8 +341,19 @@ class JobTrait(ABC):
 
 
 def job_loads(data: bytes) -> JobTrait:
-    """A job from the bytes ``JobTrait.dumps()`` made. Unpickling runs code:
-    load only jobs you saved yourself."""
+    """Read back a job from the bytes ``JobTrait.dumps()`` made.
+
+    Unpickling runs code: load only jobs you saved yourself.
+
+    Args:
+        data: the pickled job.
+
+    Returns:
+        The job, running if it was when saved.
+
+    Raises:
+        TypeError: the data holds something other than a job.
+    """
     job = pickle.loads(data)
     if not isinstance(job, JobTrait):
         raise TypeError(f"the data holds a {type(job).__name__}, not a job (JobTrait)")
@@ -314,8 +361,20 @@ def job_loads(data: bytes) -> JobTrait:
 
 
 def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
-    """The job saved at ``filename`` by ``JobTrait.dump()`` (by default the
-    cache ``state()`` writes). Unpickling runs code: load only your own files."""
+    """Read back the job ``JobTrait.dump()`` saved to a file.
+
+    Unpickling runs code: load only your own files.
+
+    Args:
+        filename: the file to read; by default the cache ``state()`` writes.
+
+    Returns:
+        The job, running if it was when saved.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        TypeError: the file holds something other than a job.
+    """
     with open(filename, "rb") as f:
         data = f.read()
     try:
@@ -325,14 +384,19 @@ def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
 
 
 class LocalJob(JobTrait):
-    """A job on this machine alone: every named mesh is ``this_host()``. A
-    stand-in that lets a program switch between local and scheduled runs by
-    changing only its job."""
+    """A job on this machine alone: every named mesh is ``this_host()``.
+
+    A stand-in that lets a program switch between local and scheduled runs by
+    changing only its job.
+
+    Args:
+        hosts: the names of the host meshes (one name or several), each
+            ``this_host()``.
+    """
 
     _shutdown_on_kill = False  # this_host() is this process's own: kill() leaves it be
 
     def __init__(self, hosts: Sequence[str] = ("hosts",)) -> None:
-        """``hosts``: the names of the host meshes, each ``this_host()``."""
         if isinstance(hosts, str):
             hosts = (hosts,)
         self._host_names = tuple(hosts)
@@ -377,8 +441,16 @@ class LocalJob(JobTrait):
         return JobState({name: this_host() for name in self._host_names})
 
     def can_run(self, spec: JobTrait) -> bool:
-        """Never: a local job costs nothing to apply, so a cache is not reused
-        (the spec's own mesh names are used)."""
+        """Always False: a local job costs nothing to apply, so no cache is reused.
+
+        The spec's own mesh names are used instead.
+
+        Args:
+            spec: the job a script asks for (not consulted).
+
+        Returns:
+            False.
+        """
         return False
 
     def _kill(self) -> None:

@@ -69,10 +69,23 @@ def _kubernetes() -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class ImageSpec:
-    """The container image of a provisioned mesh's worker pods, and its
-    resources (each both requested and the limit), e.g.
+    """The container image of a provisioned mesh's worker pods, and their resources.
+
+    For example,
     ``ImageSpec("ghcr.io/me/train:latest", resources={"nvidia.com/gpu": 8})``.
-    The image must have Python with ``monarch_launcher`` installed."""
+    The image must have Python with ``monarch_launcher`` installed.
+
+    Args:
+        image: the container image the worker pods run.
+        resources: each worker container's resources, such as
+            ``{"cpu": 8, "memory": "32Gi"}``, each both requested and the limit;
+            None sets none.
+
+    Attributes:
+        image: the container image the worker pods run.
+        resources: each worker container's resources (requested and the
+            limit), or None.
+    """
 
     image: str
     resources: dict[str, str | int] | None = None
@@ -80,21 +93,47 @@ class ImageSpec:
 
 @dataclasses.dataclass(frozen=True)
 class KubeConfig:
-    """How to reach the cluster: a kubeconfig file (``from_path``), a
+    """How to reach the Kubernetes cluster.
+
+    Through a kubeconfig file (``from_path``), a
     ``kubernetes.client.Configuration`` (``from_config``), or, with neither,
-    the in-cluster service account (a controller running in a pod)."""
+    the in-cluster service account (a controller running in a pod).
+
+    Args:
+        local: the kubeconfig file to use.
+        remote: a ready ``kubernetes.client.Configuration`` to use (it wins
+            over ``local``).
+
+    Attributes:
+        local: the kubeconfig file to use, or None.
+        remote: a ready ``kubernetes.client.Configuration``, or None.
+    """
 
     local: Path | None = None
     remote: Any = None
 
     @classmethod
     def from_path(cls, path: str) -> KubeConfig:
-        """The cluster and credentials of the kubeconfig file at ``path``."""
+        """Reach the cluster with the credentials of a kubeconfig file.
+
+        Args:
+            path: the kubeconfig file; ``~`` is expanded.
+
+        Returns:
+            The configuration naming that file.
+        """
         return cls(local=Path(path).expanduser())
 
     @classmethod
     def from_config(cls, config: Any) -> KubeConfig:
-        """A ready ``kubernetes.client.Configuration``."""
+        """Reach the cluster with a ready ``kubernetes.client.Configuration``.
+
+        Args:
+            config: the ``kubernetes.client.Configuration`` to use.
+
+        Returns:
+            The configuration holding ``config``.
+        """
         return cls(remote=config)
 
     @property
@@ -103,7 +142,13 @@ class KubeConfig:
         return self.local is not None or self.remote is not None
 
     def api_client(self) -> Any:
-        """A ``kubernetes.client.ApiClient`` for this cluster."""
+        """Make a ``kubernetes.client.ApiClient`` for this cluster.
+
+        Raises:
+            ImportError: the ``kubernetes`` package is not installed.
+            JobError: the kubeconfig file cannot be used, or, with none given,
+                this process does not run in a pod.
+        """
         k8s = _kubernetes()
         if self.remote is not None:
             return k8s.client.ApiClient(self.remote)
@@ -175,7 +220,22 @@ class KubernetesJob(JobTrait):
     labelled ``app.kubernetes.io/name=monarch-worker`` and
     ``monarch.pytorch.org/mesh-name=name`` (or ``label_selector``) that run
     ``monarch worker`` themselves. The controller must reach the pods' IPs:
-    run it in the cluster, or where pod IPs are routed."""
+    run it in the cluster, or where pod IPs are routed.
+
+    Args:
+        namespace: the namespace every mesh lives in.
+        timeout: seconds to wait for each mesh's pods to be Ready (None: as
+            long as it takes).
+        kubeconfig: how to reach the cluster (default: the in-cluster
+            service account).
+        attach_to: a gateway into the cluster: not supported.
+
+    Raises:
+        Unsupported: ``attach_to`` is given; the controller must reach the
+            pods' IPs itself.
+        ValueError: ``namespace`` is empty or ``timeout`` is not a positive
+            whole number.
+    """
 
     def __init__(
         self,
@@ -184,10 +244,6 @@ class KubernetesJob(JobTrait):
         kubeconfig: KubeConfig | None = None,
         attach_to: str | None = None,
     ) -> None:
-        """``namespace``: where every mesh lives. ``timeout``: seconds to wait
-        for each mesh's pods to be Ready (None: as long as it takes).
-        ``kubeconfig``: how to reach the cluster (default: in-cluster).
-        ``attach_to`` (a gateway into the cluster) is not supported."""
         if attach_to is not None:
             raise Unsupported(
                 "KubernetesJob(attach_to=...) is not supported: run the controller where it "
@@ -220,12 +276,31 @@ class KubernetesJob(JobTrait):
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
     ) -> None:
-        """Add a mesh of ``num_replicas`` pods, as in Monarch: provisioned
-        when ``image_spec`` or ``pod_template`` (a ``V1PodTemplateSpec`` or
-        its dict, whose containers run ``monarch worker`` at
-        ``tcp://$(POD_IP):port``) is given, attach-only otherwise (pods found
-        by ``label_selector``, ranked by ``pod_rank_label``). ``labels`` and
-        ``annotations`` go on the provisioned StatefulSet."""
+        """Add a mesh of pods, as in Monarch.
+
+        The mesh is provisioned (``apply`` creates its pods) when
+        ``image_spec`` or ``pod_template`` is given, and attach-only (its pods
+        exist already) otherwise.
+
+        Args:
+            name: the mesh's name: lowercase letters and digits, starting
+                with a letter, at most 63 characters.
+            num_replicas: how many pods (hosts) the mesh has.
+            label_selector: attach-only: the label selector that finds the
+                mesh's pods (default: the worker and mesh-name labels).
+            pod_rank_label: attach-only: the pod label holding each pod's rank.
+            image_spec: provisioned: the worker pods' image and resources.
+            port: the port the workers listen on.
+            pod_template: provisioned: a ``V1PodTemplateSpec`` (or its dict)
+                whose containers run ``monarch worker`` at
+                ``tcp://$(POD_IP):port``; instead of ``image_spec``.
+            labels: provisioned: labels added to the StatefulSet.
+            annotations: provisioned: annotations added to the StatefulSet.
+
+        Raises:
+            ValueError: the name, count or port is not valid, or an option is
+                given that does not fit a provisioned (or attach-only) mesh.
+        """
         check_mesh_name(name)
         if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
             raise ValueError(
@@ -268,8 +343,18 @@ class KubernetesJob(JobTrait):
     # -- manifests ----------------------------------------------------------------------
 
     def manifests(self, name: str) -> list[dict[str, Any]]:
-        """The objects ``apply`` creates for the provisioned mesh ``name``:
-        its Secret, headless Service and StatefulSet, as plain dicts."""
+        """The objects ``apply`` creates for a provisioned mesh, as plain dicts.
+
+        Args:
+            name: the mesh's name.
+
+        Returns:
+            The mesh's Secret, headless Service and StatefulSet, in that
+            order; an empty list for an attach-only mesh.
+
+        Raises:
+            KeyError: the job has no mesh of that name.
+        """
         mesh = self._meshes.get(name)
         if mesh is None:
             raise KeyError(f"no mesh {name!r}; meshes: {', '.join(self._meshes) or 'none'}")
@@ -399,7 +484,17 @@ class KubernetesJob(JobTrait):
         return JobState(hosts)
 
     def can_run(self, spec: JobTrait) -> bool:
-        """Same namespace and meshes, and every mesh's pods Ready (within 5 s)."""
+        """Tell whether this running job can serve ``spec``.
+
+        It can with the same namespace and meshes while every mesh's pods
+        are Ready (each mesh checked for up to 5 s).
+
+        Args:
+            spec: the job a script asks for.
+
+        Returns:
+            True if this job can stand in for ``spec``.
+        """
         if not (
             isinstance(spec, KubernetesJob)
             and spec._namespace == self._namespace
@@ -457,11 +552,20 @@ def _secret_name(name: str) -> str:
 
 
 def worker_pod_template(image_spec: ImageSpec, port: int) -> dict[str, Any]:
-    """The pod template of a mesh provisioned from ``image_spec``: one
-    container running ``python -m monarch_launcher worker`` at
-    ``tcp://$(POD_IP):port``. No readiness probe: a probe's bare connection
-    would be logged by the worker as an unauthenticated peer every period;
-    the controller's attach retries until the worker listens instead."""
+    """The pod template of a mesh provisioned from an ``ImageSpec``.
+
+    Its one container runs ``python -m monarch_launcher worker`` at
+    ``tcp://$(POD_IP):port``. It has no readiness probe: a probe's bare
+    connection would be logged by the worker as an unauthenticated peer every
+    period; the controller's attach retries until the worker listens instead.
+
+    Args:
+        image_spec: the container's image and resources.
+        port: the port the worker listens on.
+
+    Returns:
+        The template as a plain dict (a ``V1PodTemplateSpec``'s fields).
+    """
     container: dict[str, Any] = {
         "name": "worker",
         "image": image_spec.image,
@@ -487,7 +591,16 @@ def worker_pod_template(image_spec: ImageSpec, port: int) -> dict[str, Any]:
 
 
 def secret_manifest(name: str, namespace: str, secret: str) -> dict[str, Any]:
-    """The Secret holding the job secret of mesh ``name``'s workers."""
+    """The Secret that holds the job secret of a provisioned mesh's workers.
+
+    Args:
+        name: the mesh's name; the Secret is ``<name>-monarch-secret``.
+        namespace: the mesh's namespace.
+        secret: the job secret the workers and the controller share.
+
+    Returns:
+        The Secret manifest as a plain dict.
+    """
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -502,7 +615,16 @@ def secret_manifest(name: str, namespace: str, secret: str) -> dict[str, Any]:
 
 
 def service_manifest(name: str, namespace: str, port: int) -> dict[str, Any]:
-    """The headless Service ``name-svc`` giving mesh ``name``'s pods DNS names."""
+    """The headless Service ``<name>-svc`` that gives a mesh's pods DNS names.
+
+    Args:
+        name: the mesh's name.
+        namespace: the mesh's namespace.
+        port: the port the workers listen on.
+
+    Returns:
+        The Service manifest as a plain dict.
+    """
     labels = {**WORKER_LABELS, MESH_LABEL: name}
     return {
         "apiVersion": "v1",
@@ -527,9 +649,28 @@ def stateful_set_manifest(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The StatefulSet of mesh ``name``: ``replicas`` pods from ``template``
-    (started in parallel), each labelled with the mesh and given the job
-    secret from the mesh's Secret."""
+    """The StatefulSet of a provisioned mesh.
+
+    Its pods start in parallel; each is labelled with the mesh and gets the
+    job secret from the mesh's Secret (``secret_manifest``).
+
+    Args:
+        name: the mesh's name, also the StatefulSet's.
+        namespace: the mesh's namespace.
+        replicas: how many pods.
+        template: the pod template (a plain dict or a Kubernetes model),
+            e.g. from ``worker_pod_template``.
+        port: the port the workers listen on (not used here: the template
+            already sets the containers' ports).
+        labels: labels added to the StatefulSet itself.
+        annotations: annotations added to the StatefulSet itself.
+
+    Returns:
+        The StatefulSet manifest as a plain dict.
+
+    Raises:
+        ValueError: the template has no container.
+    """
     pod_labels = {**WORKER_LABELS, MESH_LABEL: name}
     pod = _plain(template) or {}
     metadata = dict(pod.get("metadata") or {})

@@ -146,7 +146,18 @@ class ProcessJob(JobTrait):
     The workers outlive the script that applied the job (a later run finds
     the job in its cache and attaches to them again) until ``kill()`` or a
     controller's ``shutdown()`` ends them. Their output goes to one log file
-    per host (``log_files``)."""
+    per host (``log_files``).
+
+    Args:
+        meshes: each mesh's name (a Python identifier) and its number of hosts.
+        env: variables added to the workers' environment (and so to their
+            procs').
+        transport: where the workers listen: Unix sockets (``"ipc"``, as in
+            Monarch) or ``tcp://127.0.0.1`` ports (``"tcp"``).
+
+    Raises:
+        ValueError: ``meshes``, ``env`` or ``transport`` is malformed.
+    """
 
     def __init__(
         self,
@@ -155,10 +166,6 @@ class ProcessJob(JobTrait):
         *,
         transport: Literal["ipc", "tcp"] = "ipc",
     ) -> None:
-        """``meshes``: mesh name -> number of hosts. ``env``: variables added to
-        the workers' environment (and so to their procs'). ``transport``:
-        workers listen on Unix sockets (``ipc``, as in Monarch) or on
-        ``tcp://127.0.0.1`` ports."""
         self._meshes = check_meshes(meshes, "ProcessJob")
         if env is not None and not all(
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
@@ -236,8 +243,17 @@ class ProcessJob(JobTrait):
         )
 
     def can_run(self, spec: JobTrait) -> bool:
-        """Same meshes, env and transport, every worker alive, and a job
-        secret this process can use."""
+        """Tell whether this running job can serve ``spec``.
+
+        It can with the same meshes, env and transport, every worker alive,
+        and a job secret this process can use.
+
+        Args:
+            spec: the job a script asks for.
+
+        Returns:
+            True if this job can stand in for ``spec``.
+        """
         mine = current_secret()
         return (
             isinstance(spec, ProcessJob)

@@ -223,21 +223,30 @@ def shell(
     env: dict[str, str] | None = None,
     workdir: str | None = None,
 ) -> int:
-    """Run an interactive shell on the one host of ``host_mesh`` and return
-    its exit status (128 + n if a signal ended it).
+    """Run an interactive shell on the one host of ``host_mesh``.
 
-    The shell (the user's ``$SHELL`` there, else bash or sh) runs on a
-    pseudo-terminal, with ``MONARCH_RANK_*``/``MONARCH_SIZE_*``, ``TERM`` and
-    ``env`` in its environment, in ``workdir`` (default: this script's
-    working directory if it exists there, else the home directory). When
-    this process's standard input is a terminal, the shell gets a
-    pseudo-terminal of its size (following changes) and this terminal is in
-    raw mode for the session; otherwise the shell reads what this process
-    reads (a pipe, a file) until its end, and its output and errors come
-    back separately, as with ``ssh host < script``.
+    The shell (the user's ``$SHELL`` there, else bash or sh) has
+    ``MONARCH_RANK_*``/``MONARCH_SIZE_*``, ``TERM`` and ``env`` in its
+    environment. When this process's standard input is a terminal, the shell
+    gets a pseudo-terminal of its size (following changes) and this terminal
+    is in raw mode for the session; otherwise the shell reads what this
+    process reads (a pipe, a file) until its end, and its output and errors
+    come back separately, as with ``ssh host < script``.
 
-    Raises ``ValueError`` if ``host_mesh`` has more than one host, and
-    ``SupervisionError`` if the remote process dies during the session."""
+    Args:
+        host_mesh: a mesh of exactly one host (slice a larger one first).
+        env: variables added to the shell's environment.
+        workdir: where the shell starts (default: this script's working
+            directory if it exists on that host, else the home directory).
+
+    Returns:
+        The shell's exit status (128 + n if signal n ended it).
+
+    Raises:
+        TypeError: ``host_mesh`` is not a ``HostMesh``.
+        ValueError: ``host_mesh`` has more than one host.
+        SupervisionError: the remote process died during the session.
+    """
     if not isinstance(host_mesh, HostMesh):
         raise TypeError(f"shell() takes a HostMesh of one host, got {type(host_mesh).__name__}")
     if host_mesh.size() != 1:

@@ -150,7 +150,41 @@ class SlurmJob(JobTrait):
     serving at ``tcp://NODEADDR:monarch_port`` (the node's address as Slurm
     reaches it; Slurm nodes that share one machine take consecutive ports).
     The workers get the job secret through the environment ``sbatch``
-    passes on (``--export=ALL``, Slurm's default).
+    passes on (``--export=ALL``, Slurm's default). The arguments are
+    Monarch's.
+
+    Args:
+        meshes: each mesh's name (a Python identifier) and its number of nodes.
+        python_exe: the Python on the nodes, with ``monarch_launcher`` installed.
+        slurm_args: extra ``#SBATCH`` options, such as ``["--constraint=h100"]``;
+            an ``--export`` must pass ``MONARCH_JOB_SECRET`` on.
+        monarch_port: the TCP port each worker listens on.
+        job_name: the Slurm job's name; this script's pid is appended.
+        ntasks_per_node: the allocation's ``--ntasks-per-node`` (one worker
+            runs per node regardless).
+        time_limit: the allocation's time limit (``HH:MM:SS``).
+        partition: the Slurm partition.
+        log_dir: where the job's output files go (default: the current
+            directory).
+        exclusive: ask for whole nodes (``--exclusive``).
+        gpus_per_node: GPUs per node, for the allocation and the workers.
+        cpus_per_task: the allocation's ``--cpus-per-task``.
+        mem: the allocation's ``--mem``, such as ``"64G"``.
+        job_start_timeout: seconds to wait for the allocation to run before
+            cancelling it; None waits as long as it queues.
+        account: the Slurm account to charge.
+        qos: the Slurm quality of service.
+        out_of_cluster: reaching the workers through a gateway: not supported.
+        attach_to: a gateway address: not supported.
+        bind_to: the interface the workers listen on (e.g. ``"0.0.0.0"``)
+            when the node name resolves to another address on the node itself.
+
+    Raises:
+        Unsupported: ``out_of_cluster`` or ``attach_to`` is set; the
+            controller must reach the nodes directly.
+        ValueError: ``meshes``, ``monarch_port``, ``ntasks_per_node`` or an
+            ``--export`` in ``slurm_args`` is not usable.
+        TypeError: ``slurm_args`` is a string rather than a list.
     """
 
     def __init__(
@@ -175,20 +209,6 @@ class SlurmJob(JobTrait):
         attach_to: str | None = None,
         bind_to: str | None = None,
     ) -> None:
-        """Arguments as in Monarch: ``meshes`` (mesh name -> number of nodes),
-        ``python_exe`` (the Python on the nodes, with ``monarch_launcher``
-        installed), ``slurm_args`` (extra ``#SBATCH`` options such as
-        ``["--constraint=h100"]``), ``monarch_port`` (where each worker
-        listens), ``job_name`` (the Slurm job's name gets this script's pid
-        appended), ``ntasks_per_node``, ``time_limit`` (``HH:MM:SS``),
-        ``partition``, ``log_dir`` (the job's output files; default: the
-        current directory), ``exclusive``, ``gpus_per_node``,
-        ``cpus_per_task``, ``mem``, ``job_start_timeout`` (seconds to wait for
-        the allocation to run; None waits as long as it queues), ``account``
-        and ``qos``. ``bind_to``: the interface the workers listen on (e.g.
-        ``"0.0.0.0"``) when the node name resolves to another address on the
-        node itself. ``out_of_cluster``/``attach_to`` (reaching workers through
-        a gateway) are not supported: the controller must reach the nodes."""
         if out_of_cluster or attach_to is not None:
             raise Unsupported(
                 "SlurmJob(out_of_cluster=..., attach_to=...) is not supported: run the controller "
@@ -243,11 +263,31 @@ class SlurmJob(JobTrait):
     # -- the spec -----------------------------------------------------------------------
 
     def add_mesh(self, name: str, num_nodes: int) -> None:
-        """Ask for one more mesh of ``num_nodes`` nodes (before ``apply``)."""
+        """Ask for one more mesh (before ``apply``).
+
+        Args:
+            name: the mesh's name, a Python identifier.
+            num_nodes: how many nodes it gets.
+
+        Raises:
+            ValueError: the name or the count is not valid.
+        """
         self._meshes = check_meshes({**self._meshes, name: num_nodes}, "SlurmJob")
 
     def share_node(self, tasks_per_node: int, gpus_per_task: int, partition: str) -> None:
-        """Not available: Monarch sizes shared nodes with ``clusterscope``."""
+        """Not available: Monarch sizes shared nodes with ``clusterscope``.
+
+        Pass ``exclusive=False`` with ``cpus_per_task``, ``mem`` and
+        ``gpus_per_node`` to the constructor instead.
+
+        Args:
+            tasks_per_node: tasks to place on each shared node (not used).
+            gpus_per_task: GPUs each task gets (not used).
+            partition: the partition of the shared nodes (not used).
+
+        Raises:
+            Unsupported: always.
+        """
         raise Unsupported(
             "share_node() is not available in Monarch in Python: pass exclusive=False with "
             "cpus_per_task=, mem= and gpus_per_node= instead"
@@ -270,9 +310,17 @@ class SlurmJob(JobTrait):
         return os.environ.get("SLURM_JOB_ID") if self._batch and _in_batch() else None
 
     def worker_addresses(self, nodes: Sequence[str]) -> list[str]:
-        """The addresses the controller dials for the workers on ``nodes``
-        (the allocation's nodes, in order): each node's address as Slurm
-        knows it (NodeAddr), at ``monarch_port``."""
+        """The addresses the controller dials for the workers on some nodes.
+
+        Each is the node's address as Slurm knows it (NodeAddr), at
+        ``monarch_port``; nodes that share one address take consecutive ports.
+
+        Args:
+            nodes: the allocation's node names, in order.
+
+        Returns:
+            One ``tcp://`` address per node, in the same order.
+        """
         return slurm_worker_addresses(nodes, node_addresses(nodes), self._port)
 
     def _log_paths(self, unique_name: str) -> tuple[str, str]:
@@ -284,11 +332,22 @@ class SlurmJob(JobTrait):
     def batch_script(
         self, client_script: str | None = None, *, unique_name: str | None = None
     ) -> str:
-        """The script ``apply`` hands to ``sbatch``: ``#SBATCH`` options for
-        one allocation of ``num_nodes`` nodes, then one worker per node
-        (``srun``). With ``client_script``, the script also runs that client
-        on the first node, with ``MONARCH_BATCH_JOB=1``, and ends the workers
-        when it exits."""
+        """The script ``apply`` hands to ``sbatch``.
+
+        It holds the ``#SBATCH`` options for one allocation of ``num_nodes``
+        nodes, then starts one worker per node (``srun``).
+
+        Args:
+            client_script: a client the batch script also runs, on the first
+                node, with ``MONARCH_BATCH_JOB=1``, ending the workers when it
+                exits; a ``.py`` file runs with ``python_exe``, anything else
+                as a shell command.
+            unique_name: the Slurm job's name, also in its output file names
+                (default: ``job_name`` and this script's pid).
+
+        Returns:
+            The batch script's text.
+        """
         name = unique_name or f"{self._job_name}_{os.getpid()}"
         out, err = self._log_paths(name)
         nodes = self.num_nodes
@@ -592,8 +651,18 @@ class SlurmJob(JobTrait):
         )
 
     def can_run(self, spec: JobTrait) -> bool:
-        """Same options and meshes, and the Slurm job still queued or running
-        (inside a batch run: always, once the allocation is found)."""
+        """Tell whether this submitted job can serve ``spec``.
+
+        It can with the same options and meshes while the Slurm job is still
+        queued or running (inside its own batch run: whenever the allocation
+        is found).
+
+        Args:
+            spec: the job a script asks for.
+
+        Returns:
+            True if this job can stand in for ``spec``.
+        """
         if not (isinstance(spec, SlurmJob) and spec._spec() == self._spec()):
             return False
         if not (self.active or (self._batch and _in_batch())):

@@ -58,11 +58,24 @@ def _parse(text: str, whole: str) -> Address:
 
 
 def check_worker_address(address: str) -> str:
-    """Check that a worker can serve at ``address`` on this machine and
-    return it with its placeholders filled in; otherwise raise
-    :class:`WorkerAddressError` saying what is wrong and what to use.
+    """Check that a worker can serve at an address on this machine.
 
-    A stale Unix socket file left by a worker that died is removed."""
+    A stale Unix socket file left by a worker that died is removed.
+
+    Args:
+        address: ``tcp://HOST:PORT`` (HOST an address or name of this
+            machine), ``tcp://NAME:PORT@tcp://0.0.0.0:PORT`` (listen on every
+            interface, dialed as NAME) or ``ipc:///PATH``; ``{hostname}`` and
+            ``{fqdn}`` stand for this machine's names.
+
+    Returns:
+        The address with its placeholders filled in.
+
+    Raises:
+        WorkerAddressError: the address is malformed or cannot be served
+            here (a port taken, a host not of this machine, a missing
+            folder, ...); the message says what to use instead.
+    """
     if not isinstance(address, str) or not address.strip():
         raise WorkerAddressError(f"a worker address is required: {FORMS}")
     address = expand_placeholders(address.strip())
@@ -202,8 +215,18 @@ def worker_command(
     log_level: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """The command line that runs a worker at ``address`` with ``python``
-    (default: this interpreter), logging at ``log_level`` (default: INFO)."""
+    """The command line that runs a worker (``monarch worker``).
+
+    Args:
+        address: where the worker serves, as ``check_worker_address`` takes it.
+        python: the Python to run it with (default: this interpreter).
+        log_level: how much the worker logs, e.g. ``"WARNING"`` (default:
+            INFO).
+        extra: more arguments for ``monarch worker``, appended at the end.
+
+    Returns:
+        The command and its arguments, ready for ``subprocess``.
+    """
     level = ["--log-level", log_level] if log_level else []
     return [
         python or sys.executable,

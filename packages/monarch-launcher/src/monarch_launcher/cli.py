@@ -220,7 +220,14 @@ def _add_kill(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``monarch`` command's argument parser."""
+    """Build the ``monarch`` command's argument parser.
+
+    Its commands are ``worker`` and ``job apply|status|kill`` (with
+    ``apply`` and ``kill`` also at the top level, as in Monarch).
+
+    Returns:
+        The parser; each command sets ``run`` to the function that runs it.
+    """
     parser = argparse.ArgumentParser(
         prog="monarch",
         description=DESCRIPTION,
@@ -334,8 +341,15 @@ def _missing(parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the ``monarch`` command with ``argv`` (default: the command line)
-    and exit with its status."""
+    """Run the ``monarch`` command and exit with its status.
+
+    Errors the launcher expects (a bad address, a missing job file, ...) are
+    printed as one line, with status 2 for a bad worker address or usage
+    and 1 for the rest; ``job status`` exits with 3 when the job does not run.
+
+    Args:
+        argv: the arguments (default: the command line's).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

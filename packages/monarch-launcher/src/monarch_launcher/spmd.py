@@ -27,7 +27,12 @@ __all__ = ["AddrType", "SPMDActor", "setup_torch_elastic_env", "setup_torch_elas
 
 
 class AddrType(Enum):
-    """Which kind of IP address ``get_host_port`` gives for the master."""
+    """Which kind of IP address ``get_host_port`` gives for the master.
+
+    Attributes:
+        IPv4: an IPv4 address of the host.
+        IPv6: an IPv6 address of the host.
+    """
 
     IPv4 = socket.AF_INET
     IPv6 = socket.AF_INET6
@@ -59,8 +64,21 @@ def _reachable_host() -> str:
 
 
 class SPMDActor(Actor):
-    """Sets torchrun's environment in its proc from its point in the mesh and
-    runs a training script or module there (``main``)."""
+    """Sets torchrun's environment in its proc and runs a training script there.
+
+    The proc's place comes from its point in the mesh: the last dimension is
+    the one within a host. ``main`` runs a script or module as ``python``
+    would; ``setup_env`` only sets the environment.
+
+    Attributes:
+        rank: this proc's global rank (``RANK``).
+        world_size: the number of procs in the mesh (``WORLD_SIZE``).
+        local_world_size: the number of procs on each host, the size of the
+            mesh's last dimension (``LOCAL_WORLD_SIZE``).
+        local_rank: this proc's rank on its host (``LOCAL_RANK``).
+        group_rank: the rank of this proc's host (``GROUP_RANK``).
+        group_world_size: the number of hosts (``GROUP_WORLD_SIZE``).
+    """
 
     def __init__(self) -> None:
         point = current_rank()
@@ -92,8 +110,18 @@ class SPMDActor(Actor):
 
     @endpoint
     def get_host_port(self, use_ipaddr: AddrType | None = None) -> tuple[str, int]:
-        """This proc's host (its name, or its address of the kind asked) and a
-        port free on it: where rank 0 can serve the rendezvous."""
+        """Find where this proc's host can serve the rendezvous, as rank 0 does.
+
+        Args:
+            use_ipaddr: give the host's address of this kind instead of its
+                name; None gives the name.
+
+        Returns:
+            The host (its name, or its address) and a port free on it.
+
+        Raises:
+            ValueError: the host has no address of the kind asked.
+        """
         hostname = _reachable_host()
         if use_ipaddr is not None:
             hostname = _address_of(hostname, use_ipaddr)
@@ -101,13 +129,31 @@ class SPMDActor(Actor):
 
     @endpoint
     def setup_env(self, master_addr: str, master_port: int) -> None:
-        """Set torchrun's environment variables in this proc."""
+        """Set torchrun's environment variables in this proc.
+
+        Args:
+            master_addr: the rendezvous host (``MASTER_ADDR``).
+            master_port: the rendezvous port (``MASTER_PORT``).
+        """
         self._setup_env(master_addr, master_port)
 
     @endpoint
     def main(self, master_addr: str, master_port: int, script_args: list[str]) -> bool:
-        """Set the environment, then run ``script_args`` as ``python`` would:
-        ``["train.py", "--lr", "0.1"]`` or ``["-m", "pkg.train", ...]``."""
+        """Set torchrun's environment, then run a script or module as ``python`` would.
+
+        Args:
+            master_addr: the rendezvous host (``MASTER_ADDR``).
+            master_port: the rendezvous port (``MASTER_PORT``).
+            script_args: the script and its arguments, e.g.
+                ``["train.py", "--lr", "0.1"]``, or ``["-m", "pkg.train", ...]``
+                for a module; they become its ``sys.argv``.
+
+        Returns:
+            True once the script has run to its end.
+
+        Raises:
+            ValueError: ``script_args`` is empty, or ``-m`` has no module name.
+        """
         self._setup_env(master_addr, master_port)
         if not script_args:
             raise ValueError("no script or module to run: pass ['path.py', ...] or ['-m', 'mod']")
@@ -141,8 +187,18 @@ async def setup_torch_elastic_env_async(
     master_port: int | None = None,
     use_ipaddr: AddrType | None = None,
 ) -> None:
-    """Set torchrun's environment in every proc of ``proc_mesh`` (the master
-    on the first proc's host unless given)."""
+    """Set torchrun's environment in every proc of a mesh.
+
+    Client code can then drive ``torch.distributed`` itself in those procs.
+
+    Args:
+        proc_mesh: the procs to set up.
+        master_addr: the rendezvous host (default: the first proc's host).
+        master_port: the rendezvous port (default: a port free on the first
+            proc's host).
+        use_ipaddr: when the master's host is found, give its address of
+            this kind instead of its name.
+    """
     actors, found = _start(proc_mesh, master_addr, master_port, use_ipaddr)
     if found is not None:
         addr, port = await found
@@ -156,7 +212,18 @@ def setup_torch_elastic_env(
     master_port: int | None = None,
     use_ipaddr: AddrType | None = None,
 ) -> None:
-    """``setup_torch_elastic_env_async``, waited for."""
+    """Set torchrun's environment in every proc of a mesh, and wait until done.
+
+    The blocking form of ``setup_torch_elastic_env_async``.
+
+    Args:
+        proc_mesh: the procs to set up.
+        master_addr: the rendezvous host (default: the first proc's host).
+        master_port: the rendezvous port (default: a port free on the first
+            proc's host).
+        use_ipaddr: when the master's host is found, give its address of
+            this kind instead of its name.
+    """
     actors, found = _start(proc_mesh, master_addr, master_port, use_ipaddr)
     if found is not None:
         addr, port = found.get()

@@ -20,6 +20,7 @@ from ._shape import Extent, Point, Shape
 from ._slice import Slice
 
 NDSlice = Slice  # Monarch's other name for it
+"""Monarch's other name for ``Slice``: the same class."""
 
 __all__ = [
     "Branch",

@@ -30,6 +30,13 @@ class DimensionNotFoundError(MeshError, KeyError, ValueError, TypeError):
     It is a ``KeyError`` (so mappings behave), a ``ValueError`` (as Monarch's
     ``Extent``/``Point`` raise) and a ``TypeError`` (as Monarch's
     ``mesh.slice`` raises).
+
+    Args:
+        message: the error text, naming the dimensions that do exist.
+        label: the label that was asked for.
+
+    Attributes:
+        label: the label that was asked for (``None`` if not given).
     """
 
     def __init__(self, message: str, label: object = None) -> None:
@@ -53,7 +60,19 @@ class SliceError(MeshError, ValueError):
 
 
 class SelectionSyntaxError(MeshError, ValueError):
-    """Selection text that does not parse; ``position`` is where it went wrong."""
+    """Selection text that does not parse; ``position`` is where it went wrong.
+
+    The message ends with the text and a caret under ``position``.
+
+    Args:
+        message: what was wrong, e.g. ``"expected ')', found end of text"``.
+        text: the whole selection text that was parsed.
+        position: the character offset in ``text`` where parsing failed.
+
+    Attributes:
+        text: the whole selection text that was parsed.
+        position: the character offset in ``text`` where parsing failed.
+    """
 
     def __init__(self, message: str, text: str, position: int) -> None:
         pointer = f"\n  {text}\n  {' ' * position}^"

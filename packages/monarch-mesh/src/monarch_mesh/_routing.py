@@ -29,17 +29,33 @@ __all__ = ["Branch", "RoutingTree", "host_children"]
 
 
 class Branch(NamedTuple):
-    """The positions ``[first, stop)`` one node of a routing tree is responsible for."""
+    """The positions ``[first, stop)`` one node of a routing tree is responsible for.
+
+    The node itself is at ``first``; its subtree covers the rest.
+
+    Attributes:
+        first: the node's own position, the first of the run.
+        stop: one past the last position of the run.
+    """
 
     first: int
     stop: int
 
     @property
     def size(self) -> int:
+        """The number of positions in the branch, the node's own included."""
         return self.stop - self.first
 
     def children(self, fanout: int) -> list[Branch]:
-        """The branches handed to this node's children."""
+        """The branches handed to this node's children.
+
+        Args:
+            fanout: the most children a node has.
+
+        Returns:
+            At most ``fanout`` consecutive runs of nearly equal length (the
+            longer ones first) covering ``[first + 1, stop)``; empty for a leaf.
+        """
         rest = self.stop - self.first - 1
         if rest <= 0:
             return []
@@ -54,7 +70,15 @@ class Branch(NamedTuple):
         return out
 
     def child_containing(self, position: int, fanout: int) -> Branch:
-        """The child branch that holds ``position`` (which must not be ``first``)."""
+        """The child branch that holds ``position``, without listing the children.
+
+        Args:
+            position: a position in ``(first, stop)``; not ``first`` itself.
+            fanout: the fan-out the children are split with, as in ``children``.
+
+        Returns:
+            The branch of ``children(fanout)`` that contains ``position``.
+        """
         rest = self.stop - self.first - 1
         count = min(fanout, rest)
         small, big = divmod(rest, count)
@@ -70,8 +94,7 @@ class Branch(NamedTuple):
 def host_children(
     start: int, hosts: Sequence[Hashable], own: Hashable, fanout: int
 ) -> list[Branch]:
-    """The branches a node hands on when its destinations live on hosts:
-    ``hosts[i]`` is the host of position ``start + i``, ``own`` the node's.
+    """The branches a node hands on when its destinations live on hosts.
 
     Positions of one host are a run (meshes are host-major). The rest of the
     node's own run goes down the plain tree (``Branch.children``); every
@@ -80,8 +103,21 @@ def host_children(
     ``fanout``, runs are grouped, and a group's first host forwards to the
     others. With one host throughout, this is ``Branch(start - 1, ...).children``.
 
-    >>> [tuple(b) for b in host_children(0, ["a", "a", "b", "b", "c"], "a", 16)]
-    [(0, 1), (1, 2), (2, 4), (4, 5)]
+    Args:
+        start: the position of ``hosts[0]``, normally the one after the node's own.
+        hosts: the host of each position from ``start`` on: ``hosts[i]`` is the
+            host of position ``start + i``. Any hashable values.
+        own: the host of the node itself.
+        fanout: the most branches the node's own run is split into, and,
+            separately, the most branches across other hosts.
+
+    Returns:
+        The branches, in position order; each is handed to the node at its
+        ``first`` position.
+
+    Examples:
+        >>> [tuple(b) for b in host_children(0, ["a", "a", "b", "b", "c"], "a", 16)]
+        [(0, 1), (1, 2), (2, 4), (4, 5)]
     """
     runs: list[tuple[int, int]] = []
     for i, host in enumerate(hosts):
@@ -154,9 +190,27 @@ def tree_depth(size: int, fanout: int) -> int:
 class RoutingTree:
     """The spanning tree for multicasting to ``destinations`` with ``fanout``.
 
-    >>> tree = RoutingTree(Slice.new_row_major([1000, 1000]), fanout=16)
-    >>> tree.root, tree.depth, len(tree.children(tree.root))
-    (0, 5, 16)
+    Nodes are identified by their ranks. Nothing is enumerated up front: a
+    rank's branch, parent and children are found by descending from the root
+    in ``depth`` steps.
+
+    Args:
+        destinations: the ranks to reach: a ``Shape`` or ``Slice`` (positions in
+            row-major order) or any iterable of distinct ranks (positions in
+            ascending order).
+        fanout: the most children any node forwards to; an int >= 1.
+
+    Attributes:
+        fanout: the most children any node forwards to.
+
+    Raises:
+        SliceError: ``fanout`` is not an int >= 1, there are no destinations, or
+            a listed rank is not an int, is negative, or appears twice.
+
+    Examples:
+        >>> tree = RoutingTree(Slice.new_row_major([1000, 1000]), fanout=16)
+        >>> tree.root, tree.depth, len(tree.children(tree.root))
+        (0, 5, 16)
     """
 
     def __init__(self, destinations: Shape | Slice | Iterable[int], fanout: int = 16) -> None:
@@ -191,21 +245,58 @@ class RoutingTree:
         return Branch(0, len(self._ranks))
 
     def rank(self, position: int) -> int:
+        """The destination rank at ``position``.
+
+        Args:
+            position: a position among the destinations; negative counts from the end.
+
+        Raises:
+            IndexError: ``position`` is out of range.
+        """
         return self._ranks[position]
 
     def position(self, rank: int) -> int:
+        """The position of ``rank`` among the destinations.
+
+        Args:
+            rank: a destination rank.
+
+        Raises:
+            RankNotFoundError: ``rank`` is not a destination.
+        """
         return self._ranks.index(rank)
 
     def branch(self, rank: int) -> Branch:
-        """The branch ``rank`` is responsible for."""
+        """The branch ``rank`` is responsible for.
+
+        Args:
+            rank: a destination rank.
+
+        Raises:
+            RankNotFoundError: ``rank`` is not a destination.
+        """
         return self._descend(self._ranks.index(rank))[1]
 
     def children(self, rank: int) -> list[int]:
-        """The ranks ``rank`` forwards to."""
+        """The ranks ``rank`` forwards to, in position order; empty for a leaf.
+
+        Args:
+            rank: a destination rank.
+
+        Raises:
+            RankNotFoundError: ``rank`` is not a destination.
+        """
         return [self._ranks[b.first] for b in self.branch(rank).children(self.fanout)]
 
     def parent(self, rank: int) -> int | None:
-        """The rank that forwards to ``rank``; ``None`` for the root."""
+        """The rank that forwards to ``rank``; ``None`` for the root.
+
+        Args:
+            rank: a destination rank.
+
+        Raises:
+            RankNotFoundError: ``rank`` is not a destination.
+        """
         parent = self._descend(self._ranks.index(rank))[0]
         return None if parent is None else self._ranks[parent.first]
 

@@ -107,10 +107,19 @@ def _wrap(node: _Node, looser: type) -> str:
 class Selection:
     """A set of ranks described independently of any particular shape.
 
-    >>> from monarch_mesh import Shape, Slice
-    >>> shape = Shape(["hosts", "gpus"], Slice.new_row_major([2, 4]))
-    >>> Selection.from_string("(*, 0) | (1, 3)").eval(shape)
-    [0, 4, 7]
+    Build one with ``all``, ``any`` or ``from_string``; ``a & b`` selects the
+    ranks both select and ``a | b`` those either selects. ``str()`` gives the
+    text form. ``eval`` applies it to a shape.
+
+    Args:
+        node: the parsed expression; an internal type, so use the constructors
+            above rather than calling ``Selection`` directly.
+
+    Examples:
+        >>> from monarch_mesh import Shape, Slice
+        >>> shape = Shape(["hosts", "gpus"], Slice.new_row_major([2, 4]))
+        >>> Selection.from_string("(*, 0) | (1, 3)").eval(shape)
+        [0, 4, 7]
     """
 
     __slots__ = ("_node",)
@@ -130,7 +139,28 @@ class Selection:
 
     @staticmethod
     def from_string(text: str) -> Selection:
-        """Parse the selection syntax (see the module docs)."""
+        """Parse a selection from its text form.
+
+        Each term of a parenthesised list applies to one dimension, in label
+        order; dimensions left out at the end are ``*``. By example:
+
+            *                 every rank
+            ?                 any one rank
+            (*, 0)            every host, gpu 0
+            *, 0              the same (parentheses are optional around one list)
+            (0:2, 1:8:2)      ranges are start:stop[:step], as in Python (negatives too)
+            (?, *)            one host chosen at random, all of its gpus
+            (0, *) | (*, 0)   union
+            (0:2, *) & (*, 1) intersection (binds tighter than |)
+            ((0, *) | (1, 0)) & (*, 0:2)   parentheses around an expression group it
+
+        Args:
+            text: the selection text.
+
+        Raises:
+            TypeError: ``text`` is not a str.
+            SelectionSyntaxError: ``text`` does not parse (a ``ValueError``).
+        """
         if not isinstance(text, str):
             raise TypeError(f"selection text must be a str, got {type(text).__name__}")
         return Selection(_Parser(text).parse())
@@ -144,7 +174,16 @@ class Selection:
     def eval(self, shape: Shape, *, rng: random.Random | None = None) -> list[int]:
         """The selected ranks of ``shape``, in row-major order.
 
-        ``rng`` decides every ``?``; the default is the ``random`` module.
+        Args:
+            shape: the shape to select from; dimension terms apply to its
+                dimensions in label order.
+            rng: decides every ``?``; by default one ``random.Random()`` that
+                every selection shares.
+
+        Raises:
+            TypeError: ``shape`` is not a ``Shape``.
+            SliceError: a term list has more terms than ``shape`` has dimensions.
+            MeshIndexError: an index is out of range, or a range picks nothing.
         """
         if not isinstance(shape, Shape):
             raise TypeError(f"eval() takes a Shape, got {type(shape).__name__}")

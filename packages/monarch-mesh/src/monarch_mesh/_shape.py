@@ -23,9 +23,19 @@ __all__ = ["Extent", "Point", "Shape"]
 class Extent(Mapping[str, int]):
     """An ordered, read-only mapping from dimension label to size.
 
-    >>> ext = Extent(["hosts", "gpus"], [2, 4])
-    >>> ext, ext["gpus"], ext.nelements
-    ({hosts: 2, gpus: 4}, 4, 8)
+    Args:
+        labels: the dimension names, in order (the last varies fastest); non-empty,
+            distinct strs.
+        sizes: the size of each dimension, one per label; ints >= 0.
+
+    Raises:
+        SliceError: a label is empty, not a str or repeated, the numbers of labels
+            and sizes differ, or a size is not an int >= 0.
+
+    Examples:
+        >>> ext = Extent(["hosts", "gpus"], [2, 4])
+        >>> ext, ext["gpus"], ext.nelements
+        ({hosts: 2, gpus: 4}, 4, 8)
     """
 
     __slots__ = ("_labels", "_sizes")
@@ -44,14 +54,17 @@ class Extent(Mapping[str, int]):
 
     @property
     def labels(self) -> list[str]:
+        """The dimension labels, in order."""
         return list(self._labels)
 
     @property
     def sizes(self) -> list[int]:
+        """The size of each dimension, in label order."""
         return list(self._sizes)
 
     @property
     def nelements(self) -> int:
+        """The number of points: the product of the sizes (1 with no dimensions)."""
         return prod(self._sizes)
 
     @property
@@ -60,7 +73,15 @@ class Extent(Mapping[str, int]):
         return Shape(self._labels, Slice.new_row_major(self._sizes))
 
     def point(self, rank: int) -> Point:
-        """The point at row-major ``rank``."""
+        """The point at row-major ``rank``.
+
+        Args:
+            rank: a row-major position, ``0 <= rank < nelements``.
+
+        Raises:
+            MeshIndexError: ``rank`` is out of range.
+            TypeError: ``rank`` is not an int.
+        """
         return Point(rank, self)
 
     def __getitem__(self, label: str) -> int:
@@ -97,12 +118,21 @@ class Extent(Mapping[str, int]):
 class Point(Mapping[str, int]):
     """A coordinate in an ``Extent``: a read-only mapping from label to index.
 
-    ``rank`` is the row-major position in the extent, so ``**point`` passes
-    the coordinates as keyword arguments (``mesh.slice(**point)``).
+    Being a mapping, ``**point`` passes the coordinates as keyword arguments
+    (``mesh.slice(**point)``). Points are not hashable, as in Monarch.
 
-    >>> p = Point(7, Extent(["hosts", "gpus"], [2, 4]))
-    >>> p, p["gpus"], p.rank
-    ({'hosts': 1/2, 'gpus': 3/4}, 3, 7)
+    Args:
+        rank: the point's row-major position in ``extent``.
+        extent: the extent the point lies in.
+
+    Raises:
+        TypeError: ``extent`` is not an ``Extent`` or ``rank`` is not an int.
+        MeshIndexError: ``rank`` is not below ``extent.nelements``.
+
+    Examples:
+        >>> p = Point(7, Extent(["hosts", "gpus"], [2, 4]))
+        >>> p, p["gpus"], p.rank
+        ({'hosts': 1/2, 'gpus': 3/4}, 3, 7)
     """
 
     __slots__ = ("_coords", "_extent", "_rank")
@@ -129,14 +159,23 @@ class Point(Mapping[str, int]):
 
     @property
     def rank(self) -> int:
+        """The point's row-major position in its extent."""
         return self._rank
 
     @property
     def extent(self) -> Extent:
+        """The extent the point lies in."""
         return self._extent
 
     def size(self, label: str) -> int:
-        """The size of dimension ``label`` in this point's extent."""
+        """The size of dimension ``label`` in this point's extent.
+
+        Args:
+            label: a dimension of the extent.
+
+        Raises:
+            DimensionNotFoundError: the extent has no dimension ``label``.
+        """
         return self._extent[label]
 
     def __getitem__(self, label: str) -> int:
@@ -175,11 +214,21 @@ class Point(Mapping[str, int]):
 class Shape:
     """A ``Slice`` whose dimensions have names: the shape of a mesh.
 
-    >>> shape = Shape(["hosts", "gpus"], Slice.new_row_major([2, 4]))
-    >>> print(shape.select("gpus", slice(1, None, 2)))
-    {hosts=2,gpus=2}
-    >>> shape.at("hosts", 1).ranks()
-    [4, 5, 6, 7]
+    Args:
+        labels: one name per dimension of ``slice``, in order; non-empty, distinct strs.
+        slice: the ranks the shape covers.
+
+    Raises:
+        TypeError: ``slice`` is not a ``Slice``.
+        SliceError: a label is empty, not a str or repeated, or the number of labels
+            is not ``slice.ndim``.
+
+    Examples:
+        >>> shape = Shape(["hosts", "gpus"], Slice.new_row_major([2, 4]))
+        >>> print(shape.select("gpus", slice(1, None, 2)))
+        {hosts=2,gpus=2}
+        >>> shape.at("hosts", 1).ranks()
+        [4, 5, 6, 7]
     """
 
     __slots__ = ("_labels", "_slice")
@@ -211,14 +260,17 @@ class Shape:
 
     @property
     def labels(self) -> list[str]:
+        """The dimension labels, in order."""
         return list(self._labels)
 
     @property
     def ndslice(self) -> Slice:
+        """The strided slice of ranks underneath, without the labels."""
         return self._slice
 
     @property
     def extent(self) -> Extent:
+        """The labels with their sizes in this shape."""
         return Extent(self._labels, self._slice.sizes)
 
     def __len__(self) -> int:
@@ -240,7 +292,22 @@ class Shape:
 
     def select(self, label: str, index: int | slice) -> Shape:
         """Restrict dimension ``label`` to ``index``; the dimension stays (an int
-        leaves it with size 1)."""
+        leaves it with size 1).
+
+        Args:
+            label: the dimension to restrict.
+            index: an int (negative counts from the end) or a Python slice with a
+                positive step that picks at least one index.
+
+        Returns:
+            A new shape with the same labels.
+
+        Raises:
+            DimensionNotFoundError: the shape has no dimension ``label``.
+            MeshIndexError: the int is out of range, or the slice picks nothing.
+            SliceError: the slice's step is not positive.
+            TypeError: ``index`` is neither an int nor a slice.
+        """
         dim = self._dim(label)
         s = self._slice
         picked = resolve_index(label, index, s._sizes[dim])
@@ -251,7 +318,20 @@ class Shape:
         return Shape._trusted(self._labels, Slice._trusted(offset, tuple(sizes), tuple(strides)))
 
     def at(self, label: str, index: int) -> Shape:
-        """Fix dimension ``label`` at ``index`` and drop it."""
+        """Fix dimension ``label`` at ``index`` and drop it.
+
+        Args:
+            label: the dimension to fix.
+            index: the index to keep; negative counts from the end.
+
+        Returns:
+            A new shape without dimension ``label``.
+
+        Raises:
+            DimensionNotFoundError: the shape has no dimension ``label``.
+            MeshIndexError: ``index`` is out of range.
+            TypeError: ``index`` is not an int.
+        """
         if not isinstance(index, int) or isinstance(index, bool):
             raise TypeError(f"at() takes an int index for {label!r}, got {index!r}")
         dim = self._dim(label)
@@ -280,7 +360,14 @@ class Shape:
         return list(self._slice)
 
     def coordinates(self, rank: int) -> dict[str, int]:
-        """The coordinates of ``rank`` by label; ``ValueError`` if absent."""
+        """The coordinates of ``rank`` by label.
+
+        Args:
+            rank: a rank of this shape.
+
+        Raises:
+            RankNotFoundError: the shape does not contain ``rank`` (a ``ValueError``).
+        """
         return dict(zip(self._labels, self._slice.coordinates(rank), strict=True))
 
     def location(self, **coords: int) -> int:
@@ -352,7 +439,13 @@ class Shape:
         """Collapse all dimensions into one named ``label``, in row-major order.
 
         Possible whenever the ranks form one arithmetic progression, which
-        includes every dense shape; otherwise ``ValueError``.
+        includes every dense shape.
+
+        Args:
+            label: the name of the single dimension.
+
+        Raises:
+            SliceError: the ranks are not evenly spaced (a ``ValueError``).
         """
         step = self._slice.as_progression()
         if step is None:

@@ -28,12 +28,24 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 class Slice:
     """An n-dimensional strided view of ranks: ``offset``, ``sizes``, ``strides``.
 
-    >>> s = Slice(offset=0, sizes=[2, 3], strides=[3, 1])
-    >>> list(s), s[4], s.index(4), s.coordinates(4)
-    ([0, 1, 2, 3, 4, 5], 4, 4, [1, 1])
-
+    The coordinates ``c`` name the rank ``offset + sum(c[i] * strides[i])``.
     Distinct coordinates always name distinct ranks: strides that alias
-    (two coordinates, one rank) are rejected with ``ValueError``.
+    (two coordinates, one rank) are rejected with ``SliceError`` (a ``ValueError``).
+
+    Args:
+        offset: the rank at coordinates all zero; an int >= 0.
+        sizes: the number of coordinates along each dimension; ints >= 0.
+        strides: how far the rank moves per step along each dimension, one per
+            size; ints >= 1.
+
+    Raises:
+        SliceError: a value is not an int or is too small, ``sizes`` and ``strides``
+            differ in length, or the strides alias.
+
+    Examples:
+        >>> s = Slice(offset=0, sizes=[2, 3], strides=[3, 1])
+        >>> list(s), s[4], s.index(4), s.coordinates(4)
+        ([0, 1, 2, 3, 4, 5], 4, 4, [1, 1])
     """
 
     __slots__ = ("_by_stride", "_offset", "_positions", "_sizes", "_strides")
@@ -81,7 +93,14 @@ class Slice:
 
     @staticmethod
     def new_row_major(sizes: Sequence[int]) -> Slice:
-        """The dense slice over ``sizes`` at offset 0, last dimension fastest."""
+        """The dense slice over ``sizes`` at offset 0, last dimension fastest.
+
+        Args:
+            sizes: the size of each dimension; ints >= 0.
+
+        Raises:
+            SliceError: a size is not an int >= 0.
+        """
         strides: list[int] = []
         step = 1
         for size in reversed(sizes):
@@ -95,7 +114,16 @@ class Slice:
 
         The ranks are sorted first; each returned slice covers a run of
         consecutive ranks that forms an arithmetic progression, and no
-        partition into runs has fewer slices. Duplicates are rejected.
+        partition into runs has fewer slices.
+
+        Args:
+            ranks: distinct ints >= 0, in any order.
+
+        Returns:
+            The 1-D slices, in ascending order of rank; empty for no ranks.
+
+        Raises:
+            SliceError: a rank is not an int, is negative, or appears twice.
         """
         values = list(ranks)
         if not all(type(v) is int for v in values):
@@ -119,18 +147,22 @@ class Slice:
 
     @property
     def offset(self) -> int:
+        """The rank at coordinates all zero."""
         return self._offset
 
     @property
     def sizes(self) -> list[int]:
+        """The number of coordinates along each dimension."""
         return list(self._sizes)
 
     @property
     def strides(self) -> list[int]:
+        """How far the rank moves per step along each dimension."""
         return list(self._strides)
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self._sizes)
 
     def __len__(self) -> int:
@@ -160,15 +192,38 @@ class Slice:
         return rank
 
     def get(self, position: int) -> int:
-        """The rank at ``position``, as ``slice[position]`` (Monarch's spelling)."""
+        """The rank at ``position``, as ``slice[position]`` (Monarch's spelling).
+
+        Args:
+            position: a row-major position; negative counts from the end.
+
+        Raises:
+            MeshIndexError: ``position`` is out of range.
+        """
         return self[position]
 
     def nditem(self, coordinates: Sequence[int]) -> int:
-        """The rank at ``coordinates`` (Monarch's name for ``location``)."""
+        """The rank at ``coordinates`` (Monarch's name for ``location``).
+
+        Args:
+            coordinates: one index per dimension.
+
+        Raises:
+            MeshIndexError: the number of coordinates is not ``ndim``, or one is out
+                of range.
+        """
         return self.location(coordinates)
 
     def location(self, coordinates: Sequence[int]) -> int:
-        """The rank at ``coordinates``; ``IndexError`` if any is out of range."""
+        """The rank at ``coordinates``.
+
+        Args:
+            coordinates: one index per dimension, each ``0 <= c < size``.
+
+        Raises:
+            MeshIndexError: the number of coordinates is not ``ndim``, or one is out
+                of range (an ``IndexError``).
+        """
         if len(coordinates) != len(self._sizes):
             raise MeshIndexError(f"expected {len(self._sizes)} coordinates, got {len(coordinates)}")
         rank = self._offset
@@ -183,14 +238,28 @@ class Slice:
         return rank
 
     def coordinates(self, rank: int) -> list[int]:
-        """The coordinates of ``rank``; ``ValueError`` if the slice lacks it."""
+        """The coordinates of ``rank``, one index per dimension.
+
+        Args:
+            rank: a rank of this slice.
+
+        Raises:
+            RankNotFoundError: the slice does not contain ``rank`` (a ``ValueError``).
+        """
         coords = self._locate(rank)
         if coords is None:
             raise RankNotFoundError(f"rank {rank} is not in {self!r}")
         return coords
 
     def index(self, rank: int) -> int:
-        """The row-major position of ``rank``; ``ValueError`` if the slice lacks it."""
+        """The row-major position of ``rank``.
+
+        Args:
+            rank: a rank of this slice.
+
+        Raises:
+            RankNotFoundError: the slice does not contain ``rank`` (a ``ValueError``).
+        """
         position = 0
         for c, size in zip(self.coordinates(rank), self._sizes, strict=True):
             position = position * size + c

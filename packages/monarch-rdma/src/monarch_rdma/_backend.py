@@ -33,13 +33,24 @@ class RdmaBackend(Protocol):
     """One way of moving bytes between local memory and a registered region."""
 
     name: str
+    """The backend's name, as settings and ``RDMABuffer.backend`` spell it
+    (``"tcp"`` ...)."""
 
     def available(self) -> bool:
         """Whether this process can use the backend at all."""
         ...
 
     def unsupported(self, handle: Handle, local: LocalMemory) -> str | None:
-        """Why this backend cannot move between ``local`` and ``handle`` (None: it can)."""
+        """Why this backend cannot move bytes between ``local`` and ``handle``.
+
+        Args:
+            handle: the remote region, as its pickled ``RDMABuffer`` describes
+                it (owner, address, length, device, what the owner advertised).
+            local: the local memory of the transfer.
+
+        Returns:
+            The reason in words, or None when the backend can serve the pair.
+        """
         ...
 
     def transfer(
@@ -51,12 +62,24 @@ class RdmaBackend(Protocol):
         write: bool,
         deadline: float,
     ) -> None:
-        """Move ``nbytes``: remote ``[remote_offset, +nbytes)`` to or from the
-        start of ``local``; raise an ``RDMAError`` on failure, never after
-        ``deadline`` (a ``time.monotonic()`` value) has long passed. Raise
-        :class:`PairRefused` when the pair turns out to be unreachable after
-        all and nothing has moved: the transfer is then given to the next
-        backend."""
+        """Move bytes between the remote region and the start of ``local``.
+
+        Args:
+            handle: the remote region.
+            local: the local memory; its first ``nbytes`` bytes are read (for
+                a write) or filled (for a read).
+            remote_offset: where in the region the range starts.
+            nbytes: how many bytes to move.
+            write: True to copy ``local`` into the region, False to read the
+                region into ``local``.
+            deadline: a ``time.monotonic()`` value; the transfer must fail,
+                not long after it has passed, if it has not finished.
+
+        Raises:
+            RDMAError: the transfer failed (a subclass says why).
+            PairRefused: the pair turns out to be unreachable after all and
+                nothing has moved; the transfer then goes to the next backend.
+        """
         ...
 
 

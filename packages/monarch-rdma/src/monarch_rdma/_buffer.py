@@ -52,7 +52,11 @@ def is_ibverbs_available() -> bool:
 
 
 def is_rdma_available() -> bool:
-    """Deprecated alias of :func:`is_ibverbs_available` (as in Monarch)."""
+    """Deprecated alias of [`is_ibverbs_available`][monarch_rdma.is_ibverbs_available].
+
+    Kept as in Monarch; each call emits a ``DeprecationWarning``. Use
+    ``is_ibverbs_available()`` or ``get_rdma_backend()`` instead.
+    """
     warnings.warn(
         "is_rdma_available is deprecated because Monarch now supports multiple RDMA backends, "
         "making this function ambiguous. For now it indicates whether RDMA over ibverbs is "
@@ -64,9 +68,15 @@ def is_rdma_available() -> bool:
 
 
 def get_rdma_backend() -> str:
-    """``"ibverbs"`` with RDMA hardware; ``"tcp"`` when the fallbacks (same-host
-    ``cma`` and ``tcp``) are what this process uses; ``"none"`` when nothing is
-    allowed. ``RDMABuffer.backend`` tells the exact backend of one buffer."""
+    """The kind of transport this process uses, in Monarch's three answers.
+
+    ``RDMABuffer.backend`` tells the exact backend of one buffer.
+
+    Returns:
+        ``"ibverbs"`` with usable RDMA hardware; ``"tcp"`` when the fallbacks
+            (same-host ``cma``, ``tcp``, ``cuda_ipc``) are what this process
+            uses; ``"none"`` when the settings allow no backend.
+    """
     if is_ibverbs_available():
         return IBVERBS
     if any(_usable(name) for name in _backends.names() if name != IBVERBS):
@@ -92,13 +102,23 @@ class RDMABuffer:
     """A registered range of memory that other processes read and write
     one-sidedly.
 
-    ``RDMABuffer(data)`` registers ``data`` (no copy): a 1-D contiguous torch
-    tensor of any dtype (CPU or CUDA), a 1-D C-contiguous memoryview, or a
-    1-D C-contiguous numpy array. Pickle the buffer (return it from an
-    endpoint, pass it as an argument) and the receiver gets a small handle
-    to the same memory. The owner must keep the memory alive and unchanged
-    while others transfer, until ``drop()``; the registration holds a
-    reference to ``data``.
+    Pickle the buffer (return it from an endpoint, pass it as an argument)
+    and the receiver gets a small handle to the same memory; it then calls
+    ``read_into`` or ``write_from`` without the owner's code running. The
+    owner must keep the memory alive and unchanged while others transfer,
+    until ``drop()``; the registration holds a reference to ``data``.
+
+    Args:
+        data: the memory to register, without copying it: a 1-D contiguous
+            torch tensor of any dtype (CPU or CUDA), a 1-D C-contiguous
+            memoryview, or a 1-D C-contiguous numpy array. Read-only memory
+            can be registered and read, but not written.
+
+    Raises:
+        ValueError: ``data`` is not 1-D and contiguous, is of an unsupported
+            kind or device, or is empty.
+        RuntimeError: no backend is usable in this process
+            (``get_rdma_backend()`` is ``"none"``).
     """
 
     __slots__ = ("__weakref__", "_handle")
@@ -147,22 +167,61 @@ class RDMABuffer:
             return "none"
 
     def read_into(self, dst: Any, *, timeout: int = 60, offset: int | None = None) -> Future[None]:
-        """Copy this buffer into local ``dst`` (1-D contiguous).
+        """Copy this buffer into local memory ``dst``.
 
-        Without ``offset`` (Monarch's form), ``dst`` must hold at least
-        ``size()`` bytes and its prefix is filled. With ``offset=k`` (our
-        extension), exactly ``dst``'s bytes are read, from byte ``k``.
+        Args:
+            dst: the local memory to fill, of a kind ``RDMABuffer`` accepts.
+                Without ``offset`` (Monarch's form) it must hold at least
+                ``size()`` bytes, and its first ``size()`` bytes are filled.
+            timeout: seconds the transfer may take before it fails with
+                ``RDMATimeoutError``.
+            offset: read exactly ``dst``'s size in bytes from this byte of the
+                buffer on (an extension of Monarch's API).
+
+        Returns:
+            A future resolving to ``None`` once the bytes are in ``dst``; it
+                fails with an ``RDMAError`` subclass if the transfer does.
+
+        Raises:
+            ValueError: ``dst`` is not 1-D contiguous, is read-only or too
+                small, or the range lies outside the buffer.
+            TypeError: ``timeout`` is not an integer.
+            OverflowError: ``timeout`` is negative or too large.
         """
         return RDMAAction().read_remote(dst, self, offset=offset).submit(timeout=timeout)
 
     def write_from(self, src: Any, *, timeout: int = 60, offset: int | None = None) -> Future[None]:
-        """Copy local ``src`` (1-D contiguous, at most ``size()`` bytes) into this
-        buffer, from byte 0 or from byte ``offset``."""
+        """Copy local memory ``src`` into this buffer.
+
+        Args:
+            src: the local memory to send, of a kind ``RDMABuffer`` accepts;
+                without ``offset``, at most ``size()`` bytes.
+            timeout: seconds the transfer may take before it fails with
+                ``RDMATimeoutError``.
+            offset: the byte of the buffer the data goes to (0 when omitted);
+                ``src`` must then fit between it and the buffer's end.
+
+        Returns:
+            A future resolving to ``None`` once the bytes are in the buffer;
+                it fails with an ``RDMAError`` subclass if the transfer does.
+
+        Raises:
+            ValueError: ``src`` is not 1-D contiguous or does not fit, or the
+                buffer was registered from read-only memory.
+            TypeError: ``timeout`` is not an integer.
+            OverflowError: ``timeout`` is negative or too large.
+        """
         return RDMAAction().write_remote(self, src, offset=offset).submit(timeout=timeout)
 
     def drop(self) -> Future[None]:
-        """Release the registration (from the owner or from any holder). Later
-        transfers fail with ``RDMABufferDropped``; dropping twice is harmless."""
+        """Release the registration (from the owner or from any holder).
+
+        Later transfers fail with ``RDMABufferDropped``; dropping twice is
+        harmless.
+
+        Returns:
+            A future resolving to ``None`` once the owner has released it.
+        """
         handle = self._handle
         if _owner.local_owner() == handle.owner:  # this process owns it
             _owner.regions().drop(handle.buffer_id, handle.token)
@@ -195,9 +254,10 @@ class _Op:
 class RDMAAction:
     """A batch of transfers submitted as one unit.
 
-    ``read_remote``/``write_remote`` queue transfers (checked at once);
-    ``submit()`` starts them all, concurrently, and returns a future that
-    resolves when every one is done, failing with the first failure. A
+    ``read_remote``, ``write_remote`` and the atomics queue operations (their
+    arguments are checked at once, and each returns the action so calls
+    chain); ``submit()`` starts them all, concurrently, and returns a future
+    that resolves when every one is done, failing with the first failure. A
     batch can be submitted again. The order of operations inside a batch is
     not guaranteed.
     """
@@ -206,7 +266,23 @@ class RDMAAction:
         self._ops: list[_Op] = []
 
     def read_remote(self, dst: Any, src: RDMABuffer, *, offset: int | None = None) -> RDMAAction:
-        """Queue a read of RDMA buffer ``src`` into local memory ``dst``."""
+        """Queue a read of RDMA buffer ``src`` into local memory ``dst``.
+
+        Args:
+            dst: the local memory to fill (1-D contiguous, writable). Without
+                ``offset`` it must hold at least ``src.size()`` bytes.
+            src: the buffer to read.
+            offset: read exactly ``dst``'s size in bytes from this byte of
+                ``src`` on, instead of the whole buffer.
+
+        Returns:
+            This action, to chain further calls.
+
+        Raises:
+            TypeError: ``src`` is not an ``RDMABuffer``.
+            ValueError: ``dst`` is not 1-D contiguous, is read-only or too
+                small, or the range lies outside ``src``.
+        """
         local = as_local_memory(dst)
         handle = _handle_of(src)
         if local.readonly:
@@ -225,7 +301,23 @@ class RDMAAction:
         return self
 
     def write_remote(self, dst: RDMABuffer, src: Any, *, offset: int | None = None) -> RDMAAction:
-        """Queue a write of local memory ``src`` into RDMA buffer ``dst``."""
+        """Queue a write of local memory ``src`` into RDMA buffer ``dst``.
+
+        Args:
+            dst: the buffer to write; it must not have been registered from
+                read-only memory.
+            src: the local memory to send (1-D contiguous); without
+                ``offset``, at most ``dst.size()`` bytes.
+            offset: the byte of ``dst`` the data goes to (0 when omitted).
+
+        Returns:
+            This action, to chain further calls.
+
+        Raises:
+            TypeError: ``dst`` is not an ``RDMABuffer``.
+            ValueError: ``src`` is not 1-D contiguous or does not fit, or
+                ``dst`` is read-only.
+        """
         local = as_local_memory(src)
         handle = _handle_of(dst)
         if handle.readonly:
@@ -244,10 +336,28 @@ class RDMAAction:
         return self
 
     def fetch_add(self, src: RDMABuffer, dst: Any, add: int, *, offset: int = 0) -> RDMAAction:
-        """Queue an atomic add of ``add`` to the unsigned 64-bit word at byte
-        ``offset`` of ``src``; its previous value lands in ``dst`` (8 bytes,
-        native byte order). Atomic with respect to every other RDMA atomic on
-        that owner (they are executed by the owner's data-plane server)."""
+        """Queue an atomic add to an unsigned 64-bit word of buffer ``src``.
+
+        Atomic with respect to every other RDMA atomic on that owner (the
+        owner's data-plane server executes them all). The sum wraps around
+        modulo ``2**64``.
+
+        Args:
+            src: the buffer holding the word: writable host memory.
+            dst: where the word's previous value lands: at least 8 writable
+                bytes of host memory (native byte order).
+            add: the amount to add, taken modulo ``2**64``.
+            offset: the byte of ``src`` the word starts at; must be 8-byte
+                aligned.
+
+        Returns:
+            This action, to chain further calls.
+
+        Raises:
+            TypeError: ``src`` is not an ``RDMABuffer``.
+            ValueError: ``dst`` or ``src`` is unsuitable (CUDA, read-only,
+                too small), or the word is misaligned or out of bounds.
+        """
         local, handle, start = self._atomic_args(src, dst, offset)
         value = operator.index(add) & U64
         self._ops.append(_Op(handle, local, start, 8, False, {"add": value}))
@@ -256,9 +366,28 @@ class RDMAAction:
     def compare_and_swap(
         self, src: RDMABuffer, dst: Any, compare: int, swap: int, *, offset: int = 0
     ) -> RDMAAction:
-        """Queue an atomic compare-and-swap of the unsigned 64-bit word at byte
-        ``offset`` of ``src``: set to ``swap`` if it equals ``compare``; its
-        previous value lands in ``dst`` (8 bytes)."""
+        """Queue an atomic compare-and-swap of an unsigned 64-bit word of buffer
+        ``src``: the word becomes ``swap`` if it equals ``compare``.
+
+        Atomic with respect to every other RDMA atomic on that owner.
+
+        Args:
+            src: the buffer holding the word: writable host memory.
+            dst: where the word's previous value lands (whether or not it
+                was swapped): at least 8 writable bytes of host memory.
+            compare: the value the word must hold for the swap, modulo ``2**64``.
+            swap: the value stored if it does, modulo ``2**64``.
+            offset: the byte of ``src`` the word starts at; must be 8-byte
+                aligned.
+
+        Returns:
+            This action, to chain further calls.
+
+        Raises:
+            TypeError: ``src`` is not an ``RDMABuffer``.
+            ValueError: ``dst`` or ``src`` is unsuitable (CUDA, read-only,
+                too small), or the word is misaligned or out of bounds.
+        """
         local, handle, start = self._atomic_args(src, dst, offset)
         args = {"compare": operator.index(compare) & U64, "swap": operator.index(swap) & U64}
         self._ops.append(_Op(handle, local, start, 8, False, args))
@@ -279,8 +408,22 @@ class RDMAAction:
         return local, handle, start
 
     def submit(self, *, timeout: int = 60) -> Future[None]:
-        """Start every queued operation; the future resolves to ``None`` when
-        all are done, or fails with the first failure (``RDMAError``)."""
+        """Start every queued operation, concurrently.
+
+        Args:
+            timeout: seconds every operation may take before it fails with
+                ``RDMATimeoutError``.
+
+        Returns:
+            A future resolving to ``None`` when all operations are done, or
+                failing with the first failure (an ``RDMAError`` subclass such as
+                ``RDMATimeoutError``, ``RDMABufferDropped``, ``RDMAOwnerGone`` or
+                ``RDMABackendUnavailable``) once every operation has finished.
+
+        Raises:
+            TypeError: ``timeout`` is not an integer.
+            OverflowError: ``timeout`` is negative or too large.
+        """
         seconds = _timeout(timeout)
         deadline = time.monotonic() + min(seconds, 10**9)
         ops = list(self._ops)

@@ -63,7 +63,56 @@ def _int(name: str, default: int, low: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class RdmaConfig:
-    """Settings of this process (the reading/writing side decides the backend)."""
+    """The RDMA settings of one process.
+
+    The side that starts a transfer (the reader or writer) decides the
+    backend, so these settings matter in that process. ``get_config()``
+    returns those in force, read from the ``MONARCH_RDMA_*`` environment
+    variables, and ``configure(...)`` changes them; each argument below is
+    also a ``configure`` keyword.
+
+    Args:
+        backend: ``"auto"`` to choose per transfer, or a backend that every
+            transfer must use (``"ibverbs"``, ``"cma"``, ``"tcp"``,
+            ``"cuda_ipc"``). ``MONARCH_RDMA_BACKEND``.
+        allow_tcp_fallback: whether automatic selection may use the ``tcp``
+            backend. ``MONARCH_RDMA_ALLOW_TCP_FALLBACK``.
+        disable_ibverbs: never use ibverbs. ``MONARCH_RDMA_DISABLE_IBVERBS``.
+        disable_cma: never use same-host cross-memory attach (``cma``).
+            ``MONARCH_RDMA_DISABLE_CMA``.
+        max_chunk_size_mb: the largest piece, in MiB, that one request or
+            ibverbs work request moves. ``MONARCH_RDMA_MAX_CHUNK_SIZE_MB``.
+        tcp_streams: how many parallel connections a large ``tcp`` transfer
+            uses. ``MONARCH_RDMA_TCP_STREAMS``.
+        cma_threads: how many threads one large same-host copy uses; None
+            for one per core, at most 8. ``MONARCH_RDMA_CMA_THREADS``.
+        huge_pages: whether an owner backs registered host memory of 8 MiB
+            or more with huge pages, which speeds up same-host readers.
+            ``MONARCH_RDMA_HUGE_PAGES``.
+        tcp_host: the address the owner's data-plane server listens on; None
+            for the host the actor runtime listens on, else loopback.
+            ``MONARCH_RDMA_TCP_HOST``.
+        ibverbs_device: the RDMA device to open (``"mlx5_0"`` ...); None for
+            the first one listed. ``MONARCH_RDMA_IBVERBS_DEVICE``.
+        ibverbs_port: the port number on that device.
+            ``MONARCH_RDMA_IBVERBS_PORT``.
+        ibverbs_gid_index: the GID table index to use; None to pick one (on
+            RoCE) or use 0 (on InfiniBand). ``MONARCH_RDMA_IBVERBS_GID_INDEX``.
+
+    Attributes:
+        backend: ``"auto"`` or the backend every transfer uses.
+        allow_tcp_fallback: whether automatic selection may use ``tcp``.
+        disable_ibverbs: whether ibverbs is turned off.
+        disable_cma: whether same-host cross-memory attach is turned off.
+        max_chunk_size_mb: the largest piece one request moves, in MiB.
+        tcp_streams: parallel connections of a large ``tcp`` transfer.
+        cma_threads: threads of one large same-host copy (None: automatic).
+        huge_pages: whether large registered host memory gets huge pages.
+        tcp_host: the data-plane server's listening address (None: automatic).
+        ibverbs_device: the RDMA device name (None: the first one).
+        ibverbs_port: the port number on the RDMA device.
+        ibverbs_gid_index: the GID table index (None: automatic).
+    """
 
     backend: str = "auto"
     allow_tcp_fallback: bool = True
@@ -80,6 +129,7 @@ class RdmaConfig:
 
     @property
     def chunk_bytes(self) -> int:
+        """``max_chunk_size_mb`` in bytes."""
         return self.max_chunk_size_mb << 20
 
     @property
@@ -91,6 +141,18 @@ class RdmaConfig:
 
     @classmethod
     def from_env(cls) -> RdmaConfig:
+        """The settings the ``MONARCH_RDMA_*`` environment variables give.
+
+        Unset (or empty) variables leave the default; a flag is false when it
+        is ``0``, ``false``, ``no`` or ``off``.
+
+        Returns:
+            The settings, checked.
+
+        Raises:
+            ValueError: a number is malformed or too small, or the backend is
+                not a registered one.
+        """
         gid = os.environ.get("MONARCH_RDMA_IBVERBS_GID_INDEX")
         return _checked(
             cls(
@@ -140,10 +202,21 @@ def get_config() -> RdmaConfig:
 
 
 def configure(**changes: Any) -> RdmaConfig:
-    """Change settings of this process, e.g. ``configure(backend="tcp")``;
-    ``configure(backend="auto")`` restores automatic selection. Returns the
-    settings that were in force before, so a caller can put them back with
-    ``configure(**dataclasses.asdict(old))``. Unknown names raise ``TypeError``."""
+    """Change settings of this process, e.g. ``configure(backend="tcp")``.
+
+    ``configure(backend="auto")`` restores automatic selection. Settings not
+    named keep their value. The keywords are the fields of
+    [`RdmaConfig`][monarch_rdma.RdmaConfig].
+
+    Returns:
+        The settings that were in force before, so a caller can put them
+            back with ``configure(**dataclasses.asdict(old))``.
+
+    Raises:
+        TypeError: a keyword is not a setting.
+        ValueError: a value is out of range, or the backend is not a
+            registered one.
+    """
     global _config
     fields = {f.name for f in dataclasses.fields(RdmaConfig)}
     unknown = sorted(set(changes) - fields)

@@ -10,8 +10,21 @@ class MonarchError(Exception):
 
 
 class ActorError(Exception):
-    """An endpoint raised: ``exception`` is what it raised, ``exception_formatted``
-    the remote traceback and ``message`` names the actor and the endpoint."""
+    """An endpoint raised an exception; the caller gets this error in its place.
+
+    ``str()`` gives ``message`` followed by the remote traceback. It pickles with all
+    three fields, so it can travel back to the caller's process.
+
+    Args:
+        exception: the exception the endpoint raised.
+        message: names the actor and the endpoint that raised.
+        exception_formatted: the traceback, formatted where the endpoint ran.
+
+    Attributes:
+        exception: the exception the endpoint raised.
+        message: names the actor and the endpoint that raised.
+        exception_formatted: the traceback, formatted where the endpoint ran.
+    """
 
     def __init__(self, exception: BaseException, message: str, exception_formatted: str) -> None:
         super().__init__(exception, message)

@@ -9,11 +9,31 @@ import textwrap
 __all__ = ["ROOT_MESH", "MeshFailure"]
 
 ROOT_MESH = "<none>"  # the mesh name of a failure of the root client itself
+"""The ``mesh_name`` of a failure of a process's root client itself, which is in no mesh."""
 
 
 class MeshFailure:
-    """A supervision event as its owner sees it. ``report()`` is the text
-    for people; ``str()`` is Monarch's one-record form."""
+    """A supervision event as the owner of the failed mesh sees it.
+
+    ``report()`` is the text for people; ``str()`` is Monarch's one-record form.
+    Failures compare equal, and hash alike, when all five fields are equal, and they
+    pickle, so they can be sent to the owner's process.
+
+    Args:
+        mesh_name: the key of the mesh that failed.
+        crashed_ranks: the ranks of that mesh that failed (copied).
+        actor: the display name of the actor that failed.
+        reason: why it failed, in words.
+        cause: the child's failure, when this one comes from an owner that did not
+            handle it; None for a first failure.
+
+    Attributes:
+        mesh_name: the key of the mesh that failed.
+        crashed_ranks: the ranks of that mesh that failed.
+        actor: the display name of the actor that failed.
+        reason: why it failed, in words.
+        cause: the child's failure this one escalates, or None.
+    """
 
     def __init__(
         self,
@@ -31,6 +51,7 @@ class MeshFailure:
 
     @property
     def mesh(self) -> tuple[()]:
+        """Always an empty tuple, as in Monarch 0.7.0; use ``mesh_name`` instead."""
         return ()  # as in Monarch 0.7.0: use mesh_name
 
     @property
@@ -44,6 +65,7 @@ class MeshFailure:
         return chain
 
     def report(self) -> str:
+        """The failure as text for people: which actor failed, then the reason, indented."""
         return f"The actor {self.actor} and all its descendants have failed:\n" + textwrap.indent(
             self.reason, "  "
         )

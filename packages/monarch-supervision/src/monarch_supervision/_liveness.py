@@ -10,11 +10,26 @@ from collections.abc import Callable, Hashable
 __all__ = ["DEFAULT_HEARTBEAT_DEADLINE", "HeartbeatMonitor", "exit_reason"]
 
 DEFAULT_HEARTBEAT_DEADLINE = 10.0  # seconds without a heartbeat before a process is dead
+"""Seconds a process may send no heartbeat before it counts as dead (the runtime's
+default; ``MONARCH_HEARTBEAT_DEADLINE`` overrides it)."""
 
 
 class HeartbeatMonitor:
-    """Deadlines for the peers being watched, on an injectable clock. Each
-    silent peer is reported once by ``overdue`` and then no longer watched."""
+    """Deadlines for the peers being watched, on an injectable clock.
+
+    Each silent peer is reported once by ``overdue`` and then no longer watched.
+
+    Args:
+        deadline: seconds a peer may stay silent before ``overdue`` reports it.
+        clock: returns the current time in seconds; pass a fake one in tests.
+
+    Attributes:
+        deadline: seconds a peer may stay silent before ``overdue`` reports it.
+        clock: the time source, in seconds.
+
+    Raises:
+        ValueError: ``deadline`` is not positive.
+    """
 
     def __init__(self, deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
         if not deadline > 0:
@@ -29,16 +44,32 @@ class HeartbeatMonitor:
         return self.deadline / 5
 
     def watch(self, peer: Hashable) -> None:
+        """Start watching ``peer``, as if it had just beaten.
+
+        Args:
+            peer: any hashable key for the peer (the runtime uses ``(proc mesh, rank)``).
+        """
         self._last[peer] = self.clock()
 
     def beat(self, peer: Hashable) -> None:
+        """Note a sign of life from ``peer``; ignored if it is not being watched.
+
+        Args:
+            peer: the key given to ``watch``.
+        """
         if peer in self._last:
             self._last[peer] = self.clock()
 
     def forget(self, peer: Hashable) -> None:
+        """Stop watching ``peer`` (it exited or was stopped); no error if it was not watched.
+
+        Args:
+            peer: the key given to ``watch``.
+        """
         self._last.pop(peer, None)
 
     def watching(self) -> list[Hashable]:
+        """The peers being watched now."""
         return list(self._last)
 
     def overdue(self) -> list[tuple[Hashable, float]]:
@@ -51,7 +82,15 @@ class HeartbeatMonitor:
 
 
 def exit_reason(code: int) -> str:
-    """What an exit status (negative: killed by that signal) says happened."""
+    """What an exit status says happened to a process, as a sentence for a failure reason.
+
+    Args:
+        code: the exit status; negative when the process was killed by signal ``-code``.
+
+    Returns:
+        The reason, naming the signal and, for common crashes (``SIGKILL``, ``SIGSEGV``,
+        ``SIGABRT``, ``SIGBUS``), their likely cause.
+    """
     if code == 0:
         return "the process this actor was running on exited with code 0 before it was stopped"
     if code > 0:

@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 ROOT = ""  # the owner key of a process's root client
+"""The owner key of a process's root client: the owner of meshes spawned outside any actor."""
 
 
 class OwnershipError(ValueError):
@@ -41,7 +42,16 @@ class OwnershipError(ValueError):
 
 @dataclass(frozen=True)
 class Delivery:
-    """``failure`` must be told to ``owner`` (an actor key here, or ``ROOT``)."""
+    """A failure and the owner that must be told of it.
+
+    Args:
+        owner: the key of the owning actor in this process, or ``ROOT``.
+        failure: the failure to tell it.
+
+    Attributes:
+        owner: the key of the owning actor in this process, or ``ROOT``.
+        failure: the failure to tell it.
+    """
 
     owner: str
     failure: MeshFailure
@@ -51,17 +61,35 @@ class Routes(Protocol):
     """How the runtime carries out the tree's decisions."""
 
     def to_actor(self, delivery: Delivery) -> bool:
-        """Hand the failure to the owning actor's ``__supervise__``; it answers
-        later through ``SupervisionTree.supervised``. False if that actor
-        cannot take it (it has no ``__supervise__`` or is gone)."""
+        """Hand the failure to the owning actor's ``__supervise__``.
+
+        The runtime answers later through ``SupervisionTree.supervised``.
+
+        Args:
+            delivery: the failure and the actor that owns the failed mesh.
+
+        Returns:
+            False if that actor cannot take it (it has no ``__supervise__`` or is gone);
+            the tree then makes the owner fail.
+        """
         ...
 
     def to_root(self, failure: MeshFailure) -> None:
-        """The failure reached this process's root client."""
+        """The failure reached this process's root client.
+
+        Args:
+            failure: the failure, as the root client sees it.
+        """
         ...
 
     def fail_actor(self, owner: str, reason: str, cause: MeshFailure) -> None:
-        """The owning actor did not handle ``cause``: it fails with ``reason``."""
+        """The owning actor did not handle ``cause``: it fails with ``reason``.
+
+        Args:
+            owner: the key of the actor that must fail.
+            reason: why it fails, from ``escalation_reason``.
+            cause: the child's failure it did not handle.
+        """
         ...
 
 
@@ -75,7 +103,16 @@ class _Mesh:
 
 
 def escalation_reason(failure: MeshFailure, error: BaseException | None = None) -> str:
-    """Why an owner fails when it did not handle its child's ``failure``."""
+    """Why an owner fails when it did not handle its child's ``failure``.
+
+    Args:
+        failure: the child's failure.
+        error: what the owner's ``__supervise__`` raised, if it raised; its traceback
+            goes into the reason.
+
+    Returns:
+        The reason, in words, ending with the child's failure.
+    """
     if error is not None:
         raised = "".join(traceback.format_exception(error)).rstrip()
         return (
@@ -89,8 +126,16 @@ def escalation_reason(failure: MeshFailure, error: BaseException | None = None) 
 
 
 def run_fault_hook(hook: Callable[[MeshFailure], object], failure: MeshFailure) -> bool:
-    """Call the user's hook: returning means handled, raising anything
-    (``SystemExit`` included) means not handled."""
+    """Call the user's fault hook on a failure that reached the root unhandled.
+
+    Args:
+        hook: the user's hook, such as ``unhandled_fault_hook``.
+        failure: the failure to give it.
+
+    Returns:
+        True if the hook returned (the failure is handled); False if it raised anything,
+        ``SystemExit`` included.
+    """
     try:
         hook(failure)
     except BaseException:
@@ -99,7 +144,14 @@ def run_fault_hook(hook: Callable[[MeshFailure], object], failure: MeshFailure) 
 
 
 class SupervisionTree:
-    """Owners and statuses of the meshes of one process. Thread-safe."""
+    """Owners and statuses of the meshes of one process. Thread-safe.
+
+    Args:
+        routes: how the runtime carries out the tree's decisions.
+
+    Attributes:
+        routes: how the runtime carries out the tree's decisions.
+    """
 
     def __init__(self, routes: Routes) -> None:
         self.routes = routes
@@ -110,7 +162,18 @@ class SupervisionTree:
     # -- ownership ----------------------------------------------------------------------
 
     def adopt(self, mesh: str, owner: str, size: int) -> None:
-        """Record that ``owner`` spawned ``mesh`` (of ``size`` ranks)."""
+        """Record that ``owner`` spawned ``mesh``.
+
+        Adopting it again with the same owner does nothing.
+
+        Args:
+            mesh: the key of the mesh.
+            owner: the key of the actor that spawned it, or ``ROOT``.
+            size: how many ranks the mesh has.
+
+        Raises:
+            OwnershipError: ``mesh`` already has another owner.
+        """
         with self._lock:
             known = self._meshes.get(mesh)
             if known is not None and known.owner != owner:
@@ -122,17 +185,33 @@ class SupervisionTree:
                 self._meshes[mesh] = _Mesh(mesh, owner, size)
 
     def owner_of(self, mesh: str) -> str | None:
+        """The owner of ``mesh``, or None if it was not adopted here.
+
+        Args:
+            mesh: the key of the mesh.
+        """
         with self._lock:
             known = self._meshes.get(mesh)
             return None if known is None else known.owner
 
     def owned_by(self, owner: str) -> list[str]:
-        """The live meshes ``owner`` spawned, oldest first."""
+        """The meshes ``owner`` spawned that were not stopped, oldest first.
+
+        Args:
+            owner: an actor key, or ``ROOT``.
+        """
         with self._lock:
             return [m.name for m in self._meshes.values() if m.owner == owner and not m.stopped]
 
     def stopped(self, mesh: str, reason: str) -> None:
-        """``mesh`` was stopped on purpose: its ranks' exits are no failures."""
+        """Note that ``mesh`` was stopped on purpose: its ranks' exits are no failures.
+
+        Only the first reason is kept; a mesh not adopted here is ignored.
+
+        Args:
+            mesh: the key of the mesh.
+            reason: why it was stopped, given to later calls to it.
+        """
         with self._lock:
             known = self._meshes.get(mesh)
             if known is not None and known.stopped is None:
@@ -141,13 +220,28 @@ class SupervisionTree:
     # -- status --------------------------------------------------------------------------
 
     def troubled(self, mesh: str) -> bool:
-        """Whether any rank of ``mesh`` failed or it was stopped (a quick test
-        for the path of every call: no lock, one lookup)."""
+        """Whether any rank of ``mesh`` failed or it was stopped.
+
+        A quick test for the path of every call (no lock, one lookup); ``dead`` tells
+        more.
+
+        Args:
+            mesh: the key of the mesh.
+        """
         known = self._meshes.get(mesh)
         return known is not None and (known.stopped is not None or bool(known.failed))
 
     def dead(self, mesh: str, ranks: Iterable[int]) -> str | None:
-        """Why a call to ``ranks`` of ``mesh`` cannot succeed, or None."""
+        """Why a call to ``ranks`` of ``mesh`` cannot succeed, or None.
+
+        Args:
+            mesh: the key of the mesh.
+            ranks: the ranks the call goes to.
+
+        Returns:
+            ``"stopped: <reason>"`` or ``"failed: <reason>"``; None if those ranks are
+            alive or the mesh was not adopted here.
+        """
         with self._lock:
             known = self._meshes.get(mesh)
             if known is None:
@@ -161,6 +255,11 @@ class SupervisionTree:
             return None
 
     def failed_ranks(self, mesh: str) -> list[int]:
+        """The ranks of ``mesh`` that failed, sorted (empty for a mesh not adopted here).
+
+        Args:
+            mesh: the key of the mesh.
+        """
         with self._lock:
             known = self._meshes.get(mesh)
             return sorted(known.failed) if known is not None else []
@@ -177,9 +276,24 @@ class SupervisionTree:
         cause: MeshFailure | None = None,
         owner: str = ROOT,
     ) -> Delivery | None:
-        """Note that ``ranks`` of ``mesh`` failed. Returns who must be told,
-        or None when nobody must: those ranks were reported already, or the
-        mesh was being stopped. ``owner`` is used for meshes spawned elsewhere."""
+        """Note that ``ranks`` of ``mesh`` failed, without telling anyone yet.
+
+        Each rank's failure is recorded once: ranks reported already are left out of
+        the new failure.
+
+        Args:
+            mesh: the key of the mesh.
+            ranks: the ranks that failed.
+            actor: the display name of the actor that failed.
+            reason: why it failed, in words.
+            cause: the child's failure, when this failure escalates one.
+            owner: who must be told, for a mesh not adopted here (spawned in another
+                process); ignored for meshes adopted here.
+
+        Returns:
+            Who must be told of which failure, or None when nobody must: those ranks
+            were reported already, or the mesh was stopped.
+        """
         ranks = sorted(set(ranks))
         with self._lock:
             known = self._meshes.get(mesh)
@@ -210,13 +324,33 @@ class SupervisionTree:
         cause: MeshFailure | None = None,
         owner: str = ROOT,
     ) -> Delivery | None:
-        """``record`` the failure and send it on its way."""
+        """``record`` the failure, then ``deliver`` it.
+
+        Args:
+            mesh: the key of the mesh.
+            ranks: the ranks that failed.
+            actor: the display name of the actor that failed.
+            reason: why it failed, in words.
+            cause: the child's failure, when this failure escalates one.
+            owner: who must be told, for a mesh not adopted here.
+
+        Returns:
+            The delivery made, or None when nobody had to be told (see ``record``).
+        """
         delivery = self.record(mesh, ranks, actor, reason, cause=cause, owner=owner)
         if delivery is not None:
             self.deliver(delivery)
         return delivery
 
     def deliver(self, delivery: Delivery) -> None:
+        """Send a failure to its owner: the root client, or the owning actor.
+
+        If the owning actor cannot take it, the owner fails at once, as if its
+        ``__supervise__`` had not handled it.
+
+        Args:
+            delivery: the failure and who must be told, from ``record``.
+        """
         if delivery.owner == ROOT:
             self.routes.to_root(delivery.failure)
         elif not self.routes.to_actor(delivery):
@@ -225,8 +359,16 @@ class SupervisionTree:
     def supervised(
         self, delivery: Delivery, outcome: object, error: BaseException | None = None
     ) -> None:
-        """The owner's ``__supervise__`` returned ``outcome`` (or raised
-        ``error``): a truthy return handles the failure; otherwise the owner fails."""
+        """Act on the answer of the owner's ``__supervise__``.
+
+        A truthy ``outcome`` handles the failure; otherwise (or if it raised) the owner
+        fails through ``Routes.fail_actor``, with the child's failure as the cause.
+
+        Args:
+            delivery: the delivery the owner was given.
+            outcome: what ``__supervise__`` returned.
+            error: what it raised instead, if it raised.
+        """
         if error is None and outcome:
             return
         self.routes.fail_actor(

@@ -44,3 +44,5 @@ class _NoMesh:
 
 
 no_mesh = _NoMesh()
+"""Plain local torch inside an active mesh: ``with no_mesh.activate():``
+runs torch operations here, on ordinary tensors, until the block ends."""

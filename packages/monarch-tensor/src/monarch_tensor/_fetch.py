@@ -40,9 +40,26 @@ def coordinates(
 
 
 def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Future[Any]:
-    """A ``Future`` of ``obj`` (any pytree) with each distributed tensor
-    replaced by its shard on the process at ``shard``/``coords`` (every
-    dimension of the mesh; none: the first process), as a CPU tensor."""
+    """A ``Future`` of ``obj`` with each distributed tensor replaced by one shard.
+
+    Pending operations are sent first; the shard comes back as a CPU tensor.
+
+    Args:
+        obj: any pytree; leaves that are not distributed tensors are kept as they are.
+        shard: the process to fetch from, as ``{dimension: index}`` for every
+            dimension of the mesh (merged with ``coords``); none: the first process.
+        **coords: the same coordinates as keyword arguments, e.g. ``host=0, gpu=1``.
+
+    Returns:
+        A ``Future`` of the pytree; ``get()`` raises ``RemoteTensorError`` if an
+        operation that a fetched tensor depends on failed on that process.
+
+    Raises:
+        TypeError: a tensor of ``obj`` was dropped.
+        KeyError: a coordinate names a dimension the mesh does not have.
+        ValueError: some dimension of the mesh was given no index.
+        IndexError: an index is outside its dimension.
+    """
     leaves, spec = pytree.tree_flatten(obj)
     asked: list[tuple[int, Future[Any]]] = []
     for index, leaf in enumerate(leaves):
@@ -93,12 +110,30 @@ def _gathered(leaves: list[Any], spec: Any, asked: list[tuple[int, Future[Any]]]
 
 
 def inspect(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Any:
-    """``fetch_shard(obj, shard, **coords).get()``."""
+    """``fetch_shard(obj, shard, **coords).get()``: the shard, waiting for it.
+
+    Args:
+        obj: any pytree holding distributed tensors.
+        shard: the process to fetch from, as ``{dimension: index}``; none: the first.
+        **coords: the same coordinates as keyword arguments.
+
+    Returns:
+        ``obj`` with each distributed tensor replaced by its shard, as a CPU tensor.
+
+    Raises:
+        RemoteTensorError: an operation the fetched tensors depend on failed there.
+    """
     return fetch_shard(obj, shard, **coords).get()
 
 
 def show(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> None:
-    """Display a shard: with ``torchshow`` when it is installed, else printed."""
+    """Display a shard: with ``torchshow`` when it is installed, else printed.
+
+    Args:
+        obj: any pytree holding distributed tensors.
+        shard: the process to fetch from, as ``{dimension: index}``; none: the first.
+        **coords: the same coordinates as keyword arguments.
+    """
     value = inspect(obj, shard, **coords)
     try:
         import torchshow  # type: ignore[import-not-found]

@@ -22,11 +22,27 @@ def grad_generator(
     with_respect_to: Sequence[torch.Tensor] = (),
     grad_roots: Sequence[torch.Tensor | None] = (),
 ) -> Iterator[Tensor]:
-    """The gradients of ``roots`` (seeded with ``grad_roots``, default ones)
-    with respect to each of ``with_respect_to``, yielded in that order. The
-    backward pass runs on the processes once; each gradient exists there as
-    soon as autograd has made it, so pass them in the order backward makes
-    them (last layer first) to reduce each while the rest is computed."""
+    """The gradients of ``roots`` with respect to each of ``with_respect_to``.
+
+    The backward pass runs on the processes once; each gradient exists there as
+    soon as autograd has made it, so pass the inputs in the order backward makes
+    them (last layer first) to reduce each while the rest is computed.
+
+    Args:
+        roots: the distributed tensor(s) to differentiate, e.g. the loss.
+        with_respect_to: the distributed tensors (requiring grad) to get gradients of.
+        grad_roots: one seed gradient per root (``None``: ones); empty: every root
+            must then be a scalar.
+
+    Returns:
+        An iterator of the gradients, in the order of ``with_respect_to``.
+
+    Raises:
+        TypeError: an argument is not a distributed tensor, or a root that is not a
+            scalar has no ``grad_roots`` entry.
+        ValueError: ``grad_roots`` has the wrong length, or a root or input does not
+            require grad.
+    """
     root_list: list[Any] = [roots] if isinstance(roots, torch.Tensor) else list(roots)
     inputs: list[Any] = list(with_respect_to)
     seeds: list[Any] = list(grad_roots)
@@ -93,9 +109,18 @@ class _GradFunction(torch.autograd.Function):
 
 
 def grad_function(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """An autograd function from ``fn(*args) -> (result, backward)``, where
-    ``backward(*grad_outputs)`` returns the gradients of ``args``. Under an
-    active mesh it runs on the processes like any torch function."""
+    """An autograd function made from a forward that returns its own backward.
+
+    Under an active mesh it runs on the processes like any torch function.
+
+    Args:
+        fn: ``fn(*args) -> (result, backward)``, where ``backward(*grad_outputs)``
+            returns the gradients of ``args`` (a tuple, or one tensor for one argument).
+
+    Returns:
+        A function of the same arguments that returns ``result`` and records
+        ``backward`` for autograd.
+    """
     apply = functools.partial(_GradFunction.apply, fn)
 
     @functools.wraps(fn)

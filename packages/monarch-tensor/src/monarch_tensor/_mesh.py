@@ -48,7 +48,14 @@ class DeviceMesh(MeshOps):
     """The processes of a proc mesh as devices for distributed tensors:
     tensors made while it is active live on every one of its processes.
     Slicing, ``rename``, ``split`` and ``flatten`` give the device mesh of
-    the same processes so arranged."""
+    the same processes so arranged.
+
+    Usually made by ``proc_mesh.activate()`` rather than directly.
+
+    Args:
+        procs: the proc mesh whose processes hold the tensors; a worker actor is
+            spawned on each of them.
+    """
 
     def __init__(self, procs: ProcMesh) -> None:
         self._procs = procs
@@ -76,8 +83,17 @@ class DeviceMesh(MeshOps):
         return _activation(self)
 
     def rank(self, dims: str | Sequence[str]) -> Tensor:
-        """A distributed scalar: each process's index along ``dims`` (several:
-        row-major over them)."""
+        """A distributed scalar: each process's index along ``dims``.
+
+        Args:
+            dims: a dimension name, or several (the index is then row-major over them).
+
+        Returns:
+            A distributed ``torch.long`` scalar on this mesh, on the active stream.
+
+        Raises:
+            KeyError: a name is not a dimension of this mesh.
+        """
         names = (dims,) if isinstance(dims, str) else tuple(dims)
         for name in names:
             if name not in self.names:
@@ -95,8 +111,20 @@ class DeviceMesh(MeshOps):
         return {name: self.rank(name) for name in self.names}
 
     def process_group(self, dims: str | Sequence[str]) -> GroupRef:
-        """The torch.distributed process group over ``dims``, for remote
-        functions: passed to one, it arrives as each process's group."""
+        """The torch.distributed process group over ``dims``, for remote functions.
+
+        Passed to a ``remote`` function, it arrives as each process's group.
+
+        Args:
+            dims: a dimension name, or several: the group joins the processes that
+                differ only along them.
+
+        Returns:
+            A reference to the group, to pass as an argument.
+
+        Raises:
+            KeyError: a name is not a dimension of this mesh.
+        """
         names = (dims,) if isinstance(dims, str) else tuple(dims)
         for name in names:
             if name not in self.names:

@@ -53,7 +53,18 @@ class Remote:
     callable given the arguments' fake tensors; ``"cached"`` (the default:
     run once on the first process, on copies of its shards, per argument
     shapes); ``"mocked"`` (the function itself on fake tensors, here);
-    ``"inspect"`` (it returns no tensors: ``f(*args)`` is ``None``)."""
+    ``"inspect"`` (it returns no tensors: ``f(*args)`` is ``None``).
+
+    Args:
+        function: the function, or its ``"package.module.name"`` (imported on each
+            process when called).
+        propagate: how to know the results without running here (see above);
+            ``None`` is ``"cached"``.
+
+    Raises:
+        TypeError: ``function`` is neither callable nor a string.
+        ValueError: ``propagate`` is none of the accepted values.
+    """
 
     def __init__(self, function: Callable[..., Any] | str, propagate: Any = None) -> None:
         if isinstance(function, str):
@@ -163,7 +174,16 @@ class Remote:
 
 def remote(function: Any = None, *, propagate: Any = None) -> Any:
     """``remote(fn)``, ``remote("pkg.mod.fn")``, ``@remote`` or
-    ``@remote(propagate=...)``: a :class:`Remote` function."""
+    ``@remote(propagate=...)``: a ``Remote`` function.
+
+    Args:
+        function: the function or its ``"package.module.name"``; ``None`` (as in
+            ``@remote(propagate=...)``) returns a decorator.
+        propagate: how the results are known without running here, as for ``Remote``.
+
+    Returns:
+        The ``Remote`` function, or a decorator that makes one.
+    """
     if function is None:
         return functools.partial(remote, propagate=propagate)
     return Remote(function, propagate)
@@ -172,9 +192,28 @@ def remote(function: Any = None, *, propagate: Any = None) -> Any:
 def call_on_shard_and_fetch(
     function: Remote, *args: Any, shard: dict[str, int] | None = None, **kwargs: Any
 ) -> Future[Any]:
-    """Run ``function`` on the process at ``shard`` (none: the first) of the
-    mesh of its tensor arguments (or the active one); a ``Future`` of its
-    result."""
+    """Run ``function`` on one process and fetch its result.
+
+    The process is one of the mesh of the distributed tensor arguments (or of
+    the active mesh); each tensor argument arrives there as that process's shard.
+
+    Args:
+        function: a ``remote`` function.
+        *args: its positional arguments.
+        shard: the process, as ``{dimension: index}`` for every dimension of the
+            mesh; ``None``: the first process.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        A ``Future`` of the function's result on that process.
+
+    Raises:
+        TypeError: ``function`` is not a ``Remote``.
+        ValueError: no mesh is active and no argument is a distributed tensor, or
+            ``shard`` leaves out a dimension.
+        KeyError: ``shard`` names a dimension the mesh does not have.
+        IndexError: an index of ``shard`` is outside its dimension.
+    """
     if not isinstance(function, Remote):
         raise TypeError(
             f"call_on_shard_and_fetch() takes a remote() function, got {type(function).__name__}"

@@ -71,7 +71,7 @@ class Table:
 
     def get(self, ref: int, timeout: float | None = None) -> Any:
         """The value of ``ref``, once it is made (a ``RemoteTensorError``
-        after ``timeout``, default :func:`wait_limit`)."""
+        after ``timeout``, default ``wait_limit()``)."""
         value = self._values.get(ref)
         if value is not None:
             return value

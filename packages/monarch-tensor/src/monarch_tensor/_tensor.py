@@ -96,7 +96,14 @@ class Stream:
     """An order of execution on every process: operations issued while a
     stream is active run one after another on its own thread, beside the
     other streams (``main`` computes while ``comms`` reduces). Streams of
-    the same name are the same stream."""
+    the same name are the same stream.
+
+    Args:
+        name: the stream's name; each name gets its own worker on every process.
+
+    Attributes:
+        name: the stream's name.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -111,9 +118,24 @@ class Stream:
             streams.pop()
 
     def borrow(self, t: Tensor, mutable: bool = False) -> tuple[Tensor, Borrow]:
-        """``t`` for use on this stream, once its stream has made it. Until
-        ``borrow.drop()``, ``t``'s own stream may read it but not write it
-        (with ``mutable=True``, not use it at all: this stream may write it)."""
+        """``t`` for use on this stream, once its own stream has made it.
+
+        Until ``borrow.drop()``, ``t``'s own stream may read it but not write it
+        (with ``mutable=True``, not use it at all: this stream may write it).
+
+        Args:
+            t: a distributed tensor of another stream.
+            mutable: let this stream write the borrowed tensor.
+
+        Returns:
+            The tensor on this stream, and the ``Borrow`` that gives it back
+            (``drop()``, or use it as a context manager).
+
+        Raises:
+            TypeError: ``t`` is not a distributed tensor, was dropped, or is already
+                lent in a way this borrow conflicts with.
+            ValueError: ``t`` already belongs to this stream.
+        """
         if not isinstance(t, Tensor):
             raise TypeError(f"borrow() takes a distributed tensor, got {type(t).__name__}")
         _usable(t, "borrow")
@@ -149,7 +171,21 @@ def get_active_stream() -> Stream:
 
 class Borrow:
     """A tensor lent to another stream (``stream.borrow``); ``drop()`` gives
-    it back: its own stream then waits until the borrower is done with it."""
+    it back: its own stream then waits until the borrower is done with it.
+
+    Made by ``Stream.borrow``; a ``with`` block over it drops it at its end.
+
+    Args:
+        origin: the lent tensor, on its own stream.
+        borrowed: the tensor as the borrowing stream sees it.
+        mutable: whether the borrowing stream may write it.
+
+    Attributes:
+        origin: the lent tensor, on its own stream.
+        borrowed: the tensor as the borrowing stream sees it.
+        mutable: whether the borrowing stream may write it.
+        dropped: whether ``drop()`` has ended the borrow.
+    """
 
     def __init__(self, origin: Tensor, borrowed: Tensor, mutable: bool) -> None:
         self.origin = origin
@@ -258,12 +294,33 @@ class Tensor(torch.Tensor):
         _inplace: bool = False,
         out: Any = None,
     ) -> Tensor:
-        """Reduce across the processes along the mesh dimensions ``dims``
-        (all if empty): ``sum``, ``avg``, ``product``, ``min``, ``max``,
-        ``band``, ``bor``, ``bxor`` (all-reduce), ``stack`` (all-gather,
-        adding an outer dimension); ``scatter=True`` keeps this process's
-        slice of the result along dimension 0 (reduce-scatter; with
-        ``stack``: all-to-all)."""
+        """Reduce across the processes along some mesh dimensions.
+
+        The result is a new distributed tensor on this tensor's stream; the
+        collective runs over a torch.distributed group (gloo on CPU, NCCL on GPU).
+
+        Args:
+            dims: the mesh dimension(s) to reduce across; empty: every dimension.
+            reduction: ``sum``, ``avg``, ``product``, ``min``, ``max``, ``band``,
+                ``bor``, ``bxor`` (all-reduce), or ``stack`` (all-gather, adding an
+                outer dimension of the group's size).
+            scatter: keep only this process's slice of the result along dimension 0
+                (reduce-scatter; with ``stack``: all-to-all). Needs exactly one dimension.
+            mesh: only ``None`` is supported: the reduction runs on this tensor's mesh.
+            _inplace: write the result into this tensor (what ``reduce_`` does).
+            out: accepted for compatibility and ignored.
+
+        Returns:
+            The reduced distributed tensor (this one, when ``_inplace``).
+
+        Raises:
+            TypeError: ``mesh`` was given, or this tensor cannot be used on the active
+                stream (dropped, lent, or of another stream).
+            KeyError: a name in ``dims`` is not a dimension of the mesh.
+            ValueError: an unknown reduction, a repeated dimension, several dimensions
+                with ``stack`` or ``scatter``, a tensor that requires grad, a shape that
+                ``scatter`` cannot split, or an in-place reduction that changes the shape.
+        """
         reduced: Tensor = self._mesh._reduce(self, dims, reduction, scatter, mesh, _inplace)
         return reduced
 
@@ -274,19 +331,58 @@ class Tensor(torch.Tensor):
         scatter: bool = False,
         mesh: Any = None,
     ) -> Tensor:
-        """``reduce`` in place (only reductions that keep the shape)."""
+        """``reduce`` in place (only reductions that keep the shape).
+
+        Args:
+            dims: the mesh dimension(s) to reduce across; empty: every dimension.
+            reduction: the reduction, as for ``reduce``.
+            scatter: as for ``reduce`` (only where the shape stays the same).
+            mesh: only ``None`` is supported: the reduction runs on this tensor's mesh.
+
+        Returns:
+            This tensor, which holds the result.
+
+        Raises:
+            ValueError: the reduction would change the shape (use ``reduce``), or any
+                error of ``reduce``.
+        """
         reduced: Tensor = self._mesh._reduce(self, dims, reduction, scatter, mesh, True)
         return reduced
 
     def to_mesh(self, mesh: Any, stream: Stream | None = None) -> Tensor:
-        """This tensor on another mesh whose dimensions have the same names
-        and sizes (a dimension of ``mesh`` this one lacks gets a copy of the
-        shard on every index), on ``stream`` there (the active one)."""
+        """This tensor on another mesh whose dimensions have the same names and sizes.
+
+        A dimension of ``mesh`` that this tensor's mesh lacks gets a copy of the
+        shard at every index (with a warning).
+
+        Args:
+            mesh: the destination ``DeviceMesh`` (or a ``ProcMesh``).
+            stream: the stream the copy belongs to there; ``None``: the active one.
+
+        Returns:
+            The distributed tensor on ``mesh``.
+
+        Raises:
+            TypeError: ``mesh`` is not a mesh, or this tensor cannot be used now.
+            ValueError: a dimension of this tensor's mesh is missing from ``mesh`` or
+                has another size there (``slice_mesh`` first to choose shards).
+        """
         moved: Tensor = self._mesh._to_mesh(self, {}, mesh, stream)
         return moved
 
     def slice_mesh(self, **coords: int) -> MeshSliceTensor:
-        """The shards at ``coords`` (e.g. ``stage=0``), to move ``to_mesh``."""
+        """The shards at ``coords`` (e.g. ``stage=0``), to move ``to_mesh``.
+
+        Args:
+            **coords: the index to keep along some dimensions of the mesh.
+
+        Returns:
+            The selected shards, whose ``to_mesh`` moves them.
+
+        Raises:
+            KeyError: a name is not a dimension of the mesh.
+            IndexError: an index is outside its dimension.
+        """
         for name, index in coords.items():
             if name not in self._mesh.names:
                 raise KeyError(f"{name!r} is not a dimension of {self._mesh!r}")
@@ -306,14 +402,37 @@ class Tensor(torch.Tensor):
 
 class MeshSliceTensor:
     """Some shards of a distributed tensor (``t.slice_mesh(...)``), on their
-    way to another mesh."""
+    way to another mesh.
+
+    Args:
+        tensor: the distributed tensor the shards belong to.
+        coords: the index kept along each sliced mesh dimension.
+
+    Attributes:
+        tensor: the distributed tensor the shards belong to.
+        coords: the index kept along each sliced mesh dimension.
+    """
 
     def __init__(self, tensor: Tensor, coords: dict[str, int]) -> None:
         self.tensor = tensor
         self.coords = coords
 
     def to_mesh(self, mesh: Any, stream: Stream | None = None) -> Tensor:
-        """These shards on ``mesh``: its dimensions are the remaining ones."""
+        """These shards on ``mesh``, whose dimensions are the remaining (unsliced) ones.
+
+        Args:
+            mesh: the destination ``DeviceMesh`` (or a ``ProcMesh``); its dimensions
+                must include the unsliced ones, with the same sizes.
+            stream: the stream the copy belongs to there; ``None``: the active one.
+
+        Returns:
+            The distributed tensor on ``mesh``.
+
+        Raises:
+            TypeError: ``mesh`` is not a mesh, or the tensor cannot be used now.
+            ValueError: an unsliced dimension is missing from ``mesh`` or has another
+                size there.
+        """
         moved: Tensor = self.tensor._mesh._to_mesh(self.tensor, self.coords, mesh, stream)
         return moved
 

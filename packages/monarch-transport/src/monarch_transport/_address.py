@@ -31,8 +31,25 @@ _FORMS = (
 class Address:
     """A parsed transport address. ``str(address)`` gives the canonical text.
 
-    >>> Address.parse("tcp://[::1]:0").host, Address.parse("unix:///tmp/a.sock")
-    ('::1', Address.parse('ipc:///tmp/a.sock'))
+    Build one with ``parse`` rather than the constructor, which checks nothing.
+
+    Args:
+        scheme: ``"tcp"``, ``"tls"`` (written ``tls+tcp://``), ``"ipc"`` (a Unix
+            socket) or ``"inproc"`` (within this process).
+        host: the host name or IP address, for ``tcp`` and ``tls`` only.
+        port: the TCP port, for ``tcp`` and ``tls`` only; 0 asks the listener for
+            an ephemeral port.
+        path: the socket file for ``ipc``; the name for ``inproc``.
+
+    Attributes:
+        scheme: ``"tcp"``, ``"tls"``, ``"ipc"`` or ``"inproc"``.
+        host: the host name or IP address (``tcp`` and ``tls``); ``""`` otherwise.
+        port: the TCP port (``tcp`` and ``tls``); 0 for an ephemeral port or no port.
+        path: the socket file (``ipc``) or the name (``inproc``); ``""`` otherwise.
+
+    Examples:
+        >>> Address.parse("tcp://[::1]:0").host, Address.parse("unix:///tmp/a.sock")
+        ('::1', Address.parse('ipc:///tmp/a.sock'))
     """
 
     scheme: Scheme
@@ -42,6 +59,23 @@ class Address:
 
     @staticmethod
     def parse(text: str | Address) -> Address:
+        """Parse an address's text; an ``Address`` is returned as it is.
+
+        Accepted forms: ``tcp://HOST:PORT``, ``tcp://[IPV6]:PORT``,
+        ``tls+tcp://HOST:PORT`` (or ``tls://``), ``ipc:///PATH`` (or ``unix:///PATH``)
+        and ``inproc://NAME``. Schemes are case-insensitive.
+
+        Args:
+            text: the address's text, or an ``Address``.
+
+        Returns:
+            The parsed address.
+
+        Raises:
+            AddressError: ``text`` is not a str, has no or an unknown scheme, or is
+                malformed (a missing host, port, path or name, an unbracketed IPv6
+                host, a port outside 0 to 65535, an invalid host name).
+        """
         if isinstance(text, Address):
             return text
         if not isinstance(text, str):
@@ -68,9 +102,17 @@ class Address:
 
     @property
     def family(self) -> Literal["tcp", "unix", "local"]:
+        """The kind of socket: ``"tcp"`` (``tcp`` and ``tls``), ``"unix"`` (``ipc``) or
+        ``"local"`` (``inproc``)."""
         return {"tcp": "tcp", "tls": "tcp", "ipc": "unix", "inproc": "local"}[self.scheme]  # type: ignore[return-value]
 
     def with_port(self, port: int) -> Address:
+        """A copy of this address with another port, such as the one a listener on
+        port 0 was given.
+
+        Args:
+            port: the new port.
+        """
         return Address(self.scheme, self.host, port, self.path)
 
     def __str__(self) -> str:
@@ -112,13 +154,26 @@ class ChannelTransport(enum.Enum):
     """Monarch's names for the kinds of channel a process can listen on."""
 
     TcpWithLocalhost = "tcp-localhost"
+    """TCP on the loopback interface, ``127.0.0.1``: reachable from this host only."""
     TcpWithHostname = "tcp-hostname"
+    """TCP on this host's name: reachable from other hosts."""
     Unix = "unix"
+    """A Unix socket in the temporary directory (the default)."""
     Local = "local"
+    """An ``inproc://`` address: reachable from this process only."""
 
     @classmethod
     def from_name(cls, name: str) -> ChannelTransport:
-        """``"tcp"``, ``"ipc"``/``"unix"``, ``"local"`` or a member's name or value."""
+        """The member that ``name`` stands for, ignoring case.
+
+        Args:
+            name: ``"tcp"`` (``TcpWithLocalhost``), ``"ipc"`` or ``"unix"``,
+                ``"inproc"`` or ``"local"``, or a member's name or value
+                (``"TcpWithHostname"``, ``"tcp-hostname"``).
+
+        Raises:
+            AddressError: ``name`` names no member.
+        """
         aliases = {"tcp": cls.TcpWithLocalhost, "ipc": cls.Unix, "inproc": cls.Local}
         for member in cls:
             aliases[member.name.lower()] = member

@@ -30,6 +30,7 @@ from ._wire import Kind
 __all__ = ["ClientHandshake", "ServerHandshake", "job_secret", "SECRET_ENV"]
 
 SECRET_ENV = "MONARCH_JOB_SECRET"
+"""The environment variable holding the job's secret, as hex digits (see ``job_secret``)."""
 NONCE = 16
 PROOF = hashlib.sha256().digest_size
 MAX_NAME = 256
@@ -41,7 +42,14 @@ _making = threading.Lock()
 
 def job_secret() -> bytes:
     """This job's secret: ``$MONARCH_JOB_SECRET`` (hex), made and exported on
-    first use so that every process the job starts inherits it."""
+    first use so that every process the job starts inherits it.
+
+    Every connection authenticates on it: processes of one job must share it.
+
+    Raises:
+        AuthenticationError: ``$MONARCH_JOB_SECRET`` is not hex, or holds fewer
+            than 16 bytes.
+    """
     with _making:  # two threads asking first must not make two secrets
         text = os.environ.get(SECRET_ENV)
         if text is None:

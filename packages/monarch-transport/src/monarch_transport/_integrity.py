@@ -64,7 +64,14 @@ class IntegrityError(AuthenticationError):
 
 def default_mode() -> str:
     """``$MONARCH_TRANSPORT_INTEGRITY`` (``always``, ``auto`` or ``off``); ``auto``
-    when unset."""
+    when unset.
+
+    It is the default of ``Settings.integrity``: when a listener demands that
+    messages after the handshake carry a MAC.
+
+    Raises:
+        TransportError: the variable holds another value.
+    """
     mode = os.environ.get(INTEGRITY_ENV, "auto")
     if mode not in MODES:
         raise TransportError(f"{INTEGRITY_ENV} must be one of {', '.join(MODES)}, got {mode!r}")
@@ -78,6 +85,12 @@ def required(mode: str, scheme: str, host: str) -> bool:
     ``auto`` spares TLS (it has its own integrity), Unix sockets and loopback
     TCP: on those only processes of this host are on the path, and
     docs/concepts/transports.md says why a MAC adds little against them.
+
+    Args:
+        mode: ``"always"``, ``"auto"`` or ``"off"`` (``Settings.integrity``).
+        scheme: the address's scheme: ``"tcp"``, ``"tls"``, ``"ipc"`` or ``"inproc"``.
+        host: the address's host; loopback addresses and ``localhost`` count as
+            local, names and wildcards do not.
     """
     if mode == "always":
         return True
@@ -104,7 +117,17 @@ def derive_key(
     handshake messages; ``label`` tells apart keys for different uses (one per
     direction, say) from the same handshake. The transport passes its whole
     HELLO, so a relay that renames the peer gets a connection whose first
-    message fails its check."""
+    message fails its check.
+
+    Args:
+        secret: the job's secret.
+        hello: the connecting side's HELLO payload (its nonce and name).
+        server_nonce: the listener's nonce, from its CHALLENGE.
+        label: what the key is for; different labels give unrelated keys.
+
+    Returns:
+        A 32-byte key, for ``Sealer`` and ``Opener``.
+    """
     prk = hmac.new(hello + server_nonce, secret, hashlib.sha256).digest()
     return hmac.new(prk, b"monarch-transport " + label + b" v2\x01", hashlib.sha256).digest()
 
@@ -148,13 +171,28 @@ class Sealer:
     number); ``unseal`` gives the number back when that message is not sent
     after all (it must be the last one sealed). A large message may
     ``reserve`` its number and compute its ``tag`` later, in another thread,
-    while its frames are being written."""
+    while its frames are being written.
+
+    Args:
+        key: the connection's key, from ``derive_key``; the ``Opener`` on the other
+            side holds the same.
+    """
 
     def __init__(self, key: bytes) -> None:
         self._tagger = _Tagger(key)
         self._seq = 0
 
     def seal(self, kind: int, frames: Sequence[Buffer]) -> bytes:
+        """The tag of the next message, taking its sequence number; it travels with
+        the message.
+
+        Args:
+            kind: the message's kind byte, bound into the tag.
+            frames: the message's frames.
+
+        Returns:
+            A 16-byte tag.
+        """
         return self.tag(self.reserve(), kind, frames)
 
     def reserve(self) -> int:
@@ -163,21 +201,48 @@ class Sealer:
         return self._seq - 1
 
     def tag(self, seq: int, kind: int, frames: Sequence[Buffer]) -> bytes:
-        """The tag of the message numbered ``seq`` (from ``reserve``)."""
+        """The tag of the message numbered ``seq`` (from ``reserve``).
+
+        Args:
+            seq: the message's sequence number, from ``reserve``.
+            kind: the message's kind byte, bound into the tag.
+            frames: the message's frames.
+
+        Returns:
+            A 16-byte tag.
+        """
         return self._tagger.tag(seq, kind, frames)
 
     def unseal(self) -> None:
+        """Give back the sequence number the last ``seal`` took: that message is not
+        sent, and the next one takes its number."""
         self._seq -= 1
 
 
 class Opener:
-    """The receiving side: ``check`` each message in the order it arrived."""
+    """The receiving side: ``check`` each message in the order it arrived.
+
+    Args:
+        key: the connection's key, from ``derive_key``; the ``Sealer`` on the other
+            side holds the same.
+    """
 
     def __init__(self, key: bytes) -> None:
         self._tagger = _Tagger(key)
         self._seq = 0
 
     def check(self, kind: int, frames: Sequence[Buffer], tag: Buffer) -> None:
+        """Check the next message's tag, and count the message when it passes.
+
+        Args:
+            kind: the message's kind byte, as received.
+            frames: the message's frames, without the tag.
+            tag: the tag that came with it.
+
+        Raises:
+            IntegrityError: the tag does not match: the message was altered, injected,
+                replayed or reordered, or one before it was dropped.
+        """
         expected = self._tagger.tag(self._seq, kind, frames)
         if not hmac.compare_digest(expected, tag):
             raise IntegrityError(

@@ -35,7 +35,16 @@ Buffer = bytes | bytearray | memoryview
 @dataclass(frozen=True, slots=True)
 class Peer:
     """One authenticated connection to a listener: a number unique within the
-    listener, and the name the peer gave when it connected."""
+    listener, and the name the peer gave when it connected.
+
+    Args:
+        id: the connection's number, unique within the listener.
+        name: the name the peer gave when it connected (``Settings.name``).
+
+    Attributes:
+        id: the connection's number, unique within the listener.
+        name: the name the peer gave when it connected.
+    """
 
     id: int
     name: str
@@ -43,7 +52,17 @@ class Peer:
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """A message from ``peer``: its frames, in the order they were sent."""
+    """A message from ``peer``: its frames, in the order they were sent.
+
+    Args:
+        peer: the connection it came over.
+        frames: the message's frames; ``decode`` reads a message made by
+            ``encode``.
+
+    Attributes:
+        peer: the connection it came over.
+        frames: the message's frames, in the order they were sent.
+    """
 
     peer: Peer
     frames: list[memoryview]
@@ -52,13 +71,23 @@ class Received:
 @dataclass(frozen=True, slots=True)
 class PeerLeft:
     """``peer`` is gone: it closed, crashed, or broke the protocol. Nothing
-    more will arrive from it, and everything it sent before came first."""
+    more will arrive from it, and everything it sent before came first.
+
+    Args:
+        peer: the connection that is gone.
+        reason: why it went, in words.
+
+    Attributes:
+        peer: the connection that is gone.
+        reason: why it went, in words.
+    """
 
     peer: Peer
     reason: str
 
 
 Event = Received | PeerLeft
+"""What a listener yields: a ``Received`` message or a peer that left (``PeerLeft``)."""
 
 
 class _Closing(ABC):
@@ -80,9 +109,13 @@ class _Closing(ABC):
 
 
 class Listener(_Closing):
-    """Messages and departures of every peer connected to one address."""
+    """Messages and departures of every peer connected to one address.
+
+    ``async for event in listener`` yields events until the listener is closed.
+    """
 
     address: Address
+    """The address it listens on, with the port actually bound when port 0 was asked."""
 
     @abstractmethod
     async def receive(self) -> Event:
@@ -100,7 +133,11 @@ class Listener(_Closing):
         (a process may set up its listener before it starts serving).
 
         Backends call the handler straight from their read callbacks; this
-        fallback, for backends that do not, runs a task over ``receive()``."""
+        fallback, for backends that do not, runs a task over ``receive()``.
+
+        Args:
+            handler: called with each event, on the loop; it must not block.
+        """
 
         async def pump() -> None:
             while True:
@@ -131,16 +168,33 @@ class Sender(_Closing):
     """An authenticated, ordered connection to one listener."""
 
     address: Address
+    """The address of the listener it is connected to."""
 
     @abstractmethod
     async def send(self, frames: Sequence[Buffer]) -> None:
         """Queue ``frames`` as one message. Waits while the connection is
-        backed up; ``PeerDisconnected`` once the connection is gone."""
+        backed up.
+
+        Args:
+            frames: the message's frames (from ``encode``); leave their
+                buffers alone until they are sent.
+
+        Raises:
+            PeerDisconnected: the connection is gone.
+            MessageTooLarge: the message is above ``Settings.max_message_size``, or
+                has more than 65536 frames.
+        """
 
     def send_nowait(self, frames: Sequence[Buffer]) -> bool:
         """Queue ``frames`` if that needs no waiting; whether it did. A router
         calls this first and falls back to ``send`` (a task) only when it
-        returns False. Raises what ``send`` raises."""
+        returns False. Raises what ``send`` raises.
+
+        The default, for backends that cannot, always returns False.
+
+        Args:
+            frames: the message's frames.
+        """
         return False
 
     def send_threadsafe(self, frames: Sequence[Buffer]) -> bool:
@@ -150,13 +204,25 @@ class Sender(_Closing):
         connection shows on the loop's next ``send``. The caller makes sure
         no other method of this sender runs meanwhile (a router holds a lock
         around its sends). The default, for backends that cannot write from
-        another thread, is False."""
+        another thread, is False.
+
+        Args:
+            frames: the message's frames.
+        """
         return False
 
     def send_many_nowait(self, messages: Sequence[Sequence[Buffer]]) -> int:
         """Queue as many of ``messages`` as go without waiting, in order, and
         say how many did; backends that can write them all in one system
-        call do (``socket``)."""
+        call do (``socket``).
+
+        Args:
+            messages: the messages, each a sequence of frames.
+
+        Returns:
+            How many of the first ``messages`` were queued; send the rest with
+            ``send``.
+        """
         sent = 0
         for frames in messages:
             if not self.send_nowait(frames):
@@ -182,11 +248,29 @@ class Transport(ABC):
     """A way to move frames: ``listen`` on an address, ``connect`` to one."""
 
     name: str
+    """The backend's name in the registry, as ``$MONARCH_TRANSPORT`` gives it."""
 
     @abstractmethod
     async def listen(self, address: Address, settings: Settings) -> Listener:
-        """Listen on ``address``; ``ConnectError`` when it cannot be bound."""
+        """Listen on ``address``.
+
+        Args:
+            address: where to listen.
+            settings: the secret, limits and TLS files.
+
+        Raises:
+            ConnectError: the address cannot be bound.
+        """
 
     @abstractmethod
     async def connect(self, address: Address, settings: Settings) -> Sender:
-        """An authenticated connection to the listener at ``address``."""
+        """An authenticated connection to the listener at ``address``.
+
+        Args:
+            address: the listener's address.
+            settings: the secret, limits and TLS files.
+
+        Raises:
+            ConnectError: nothing listens at ``address``.
+            AuthenticationError: the handshake failed.
+        """

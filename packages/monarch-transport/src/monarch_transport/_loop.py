@@ -14,6 +14,7 @@ T = TypeVar("T")
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop's when uvloop is installed, the standard one otherwise."""
     try:
         import uvloop
     except ImportError:
@@ -22,7 +23,14 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` on the loop ``new_event_loop`` makes."""
+    """``asyncio.run`` on the loop ``new_event_loop`` makes.
+
+    Args:
+        main: the coroutine to run to completion.
+
+    Returns:
+        What ``main`` returns.
+    """
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(main)
 

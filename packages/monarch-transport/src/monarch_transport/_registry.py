@@ -29,6 +29,14 @@ def register_backend(transport: type[Transport], *, owns_scheme: str | None = No
     it handles every address of that scheme whatever is configured, and is
     not itself a choice. A second class under a taken name is an error:
     two packages would otherwise silently fight over the name.
+
+    Args:
+        transport: the ``Transport`` subclass; its ``name`` attribute is the name.
+        owns_scheme: an address scheme the backend handles whatever is configured;
+            ``None`` for a backend that configuration chooses.
+
+    Raises:
+        TransportError: another class is registered under the same name.
     """
     name = transport.name
     with _lock:
@@ -51,9 +59,17 @@ def choosable() -> list[str]:
 
 
 def backend_class(name: str, *, named_by: str = "") -> type[Transport]:
-    """The backend configuration chose as ``name``; otherwise an error that
-    says where the name came from (``named_by``, e.g. ``"MONARCH_TRANSPORT="``)
-    and lists every name that would do."""
+    """The backend class registered as ``name``, one configuration may choose.
+
+    Args:
+        name: the backend's name (``"nng"``, ``"socket"``).
+        named_by: where the name came from, put before it in the error (for
+            example ``"MONARCH_TRANSPORT="``).
+
+    Raises:
+        TransportError: no backend configuration may choose has that name; the
+            error lists every name that would do.
+    """
     names = choosable()
     if name not in names:
         raise TransportError(f"{named_by}{name!r} is not a transport; use one of {names}")

@@ -41,10 +41,23 @@ _choice = _Choice()
 
 
 def enable_transport(transport: ChannelTransport | str) -> None:
-    """Choose, before any connection is made, the backend (``"nng"``,
-    ``"socket"``), the kind of address to listen on (a ``ChannelTransport``,
-    ``"tcp"``, ``"ipc"``/``"unix"``, ``"local"``) or an exact address to
-    listen on (``"tcp://0.0.0.0:8080"``)."""
+    """Choose, before any connection is made, the backend or where to listen.
+
+    Call it first thing in a script. Each call sets one choice: a backend, or
+    the address listeners use by default; a later call overrides the same choice.
+
+    Args:
+        transport: a registered backend's name (``"nng"``, ``"socket"``), the kind
+            of address to listen on (a ``ChannelTransport``, ``"tcp"``,
+            ``"ipc"``/``"unix"``, ``"local"``) or an exact address to listen on
+            (``"tcp://0.0.0.0:8080"``).
+
+    Raises:
+        RuntimeError: a connection or listener was made already.
+        TypeError: ``transport`` is neither a ``ChannelTransport`` nor a str.
+        AddressError: ``transport`` is neither a backend, an address nor a kind
+            of address.
+    """
     with _choice.lock:
         if _choice.used:
             raise RuntimeError(
@@ -73,7 +86,17 @@ def enable_transport(transport: ChannelTransport | str) -> None:
 def prefer_backend(name: str) -> None:
     """Make ``name`` the backend of this process, and of the processes it
     starts, unless ``$MONARCH_TRANSPORT`` or ``enable_transport()`` chose one:
-    a runtime's own default, which configuration still overrides."""
+    a runtime's own default, which configuration still overrides.
+
+    It sets ``$MONARCH_TRANSPORT``, which started processes inherit.
+
+    Args:
+        name: a registered backend's name.
+
+    Raises:
+        TransportError: ``name`` is not a backend configuration may choose, even
+            when configuration chose another one.
+    """
     backend_class(name)  # an unknown name is an error even when configuration wins
     with _choice.lock:
         if _choice.backend is None and not os.environ.get(BACKEND_ENV):  # empty means unset
@@ -88,7 +111,19 @@ def _configured() -> type[Transport]:
 
 
 def transport_for(address: Address | str) -> Transport:
-    """The backend that handles ``address``: inproc addresses stay in process."""
+    """The backend that handles ``address``: inproc addresses stay in process.
+
+    Other addresses go to the configured backend (``enable_transport``, else
+    ``$MONARCH_TRANSPORT``, else ``nng``). There is one instance per backend
+    class, made on first use; after this call ``enable_transport`` refuses.
+
+    Args:
+        address: the address, or its text.
+
+    Raises:
+        AddressError: ``address`` does not parse.
+        TransportError: the configured backend is not registered.
+    """
     address = Address.parse(address)
     cls = scheme_owner(address.scheme) or _configured()
     with _choice.lock:
@@ -99,7 +134,11 @@ def transport_for(address: Address | str) -> Transport:
 
 
 def default_listen_address() -> Address:
-    """A fresh address of the configured kind to listen on."""
+    """A fresh address of the configured kind to listen on.
+
+    The kind is what ``enable_transport`` chose (a Unix socket by default), with an
+    ephemeral port or a unique path; an exact address chosen there is returned as is.
+    """
     chosen = _choice.listen_on
     return chosen if isinstance(chosen, Address) else chosen.any_address()
 
@@ -107,7 +146,20 @@ def default_listen_address() -> Address:
 async def listen(
     address: Address | str | None = None, settings: Settings | None = None
 ) -> Listener:
-    """Listen on ``address`` (default: a fresh one of the configured kind)."""
+    """Listen on ``address`` (default: a fresh one of the configured kind).
+
+    Args:
+        address: where to listen; ``None`` for ``default_listen_address``.
+            Port 0 binds an ephemeral port: read it from ``listener.address``.
+        settings: the secret, limits and TLS files; ``None`` for ``Settings()``.
+
+    Returns:
+        The listener; ``async with`` closes it.
+
+    Raises:
+        AddressError: ``address`` does not parse, or is ``tcp://*``.
+        ConnectError: the address cannot be bound.
+    """
     address = default_listen_address() if address is None else Address.parse(address)
     if address.scheme == "tcp" and address.host == "*":
         raise AddressError("listen on tcp://0.0.0.0:PORT or tcp://[::]:PORT rather than tcp://*")
@@ -115,6 +167,20 @@ async def listen(
 
 
 async def connect(address: Address | str, settings: Settings | None = None) -> Sender:
-    """An authenticated connection to the listener at ``address``."""
+    """An authenticated connection to the listener at ``address``.
+
+    Args:
+        address: the listener's address, or its text.
+        settings: the secret, limits and TLS files; ``None`` for ``Settings()``.
+
+    Returns:
+        The sender; ``async with`` closes it.
+
+    Raises:
+        AddressError: ``address`` does not parse.
+        ConnectError: nothing listens at ``address``.
+        AuthenticationError: the handshake failed (for example, the listener holds
+            another job's secret).
+    """
     address = Address.parse(address)
     return await transport_for(address).connect(address, settings or Settings())

@@ -2,27 +2,60 @@
 packages that implement it (``monarch_mesh``, ``monarch_transport``,
 ``monarch_actor``). Scripts written for Monarch import from here unchanged.
 
->>> from monarch.actor import Actor, endpoint, this_proc
->>> class Echo(Actor):
-...     @endpoint
-...     def echo(self, value: int) -> int:
-...         return value
->>> this_proc().spawn("echo", Echo).echo.call_one(7).get()
-7
+Examples:
+    >>> from monarch.actor import Actor, endpoint, this_proc
+    >>> class Echo(Actor):
+    ...     @endpoint
+    ...     def echo(self, value: int) -> int:
+    ...         return value
+    >>> this_proc().spawn("echo", Echo).echo.call_one(7).get()
+    7
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monarch_actor import Future
 from monarch_mesh import Extent, NDSlice, Point, Selection, Shape, Slice
 
-# distributed tensors (monarch-tensor, which imports torch): loaded on first use, as in Monarch
-_TENSOR_NAMES = (
+if TYPE_CHECKING:  # for type checkers and the API reference; at run time, __getattr__
+    from monarch_tensor import (
+        Borrow,
+        DeviceMesh,
+        MeshSliceTensor,
+        Remote,
+        RemoteTensorError,
+        Stream,
+        Tensor,
+        call_on_shard_and_fetch,
+        coalescing,
+        fetch_shard,
+        get_active_mesh,
+        get_active_stream,
+        grad_function,
+        grad_generator,
+        inspect,
+        no_mesh,
+        reduce,
+        reduce_,
+        remote,
+        show,
+        slice_mesh,
+        to_mesh,
+    )
+
+__all__ = [
     "Borrow",
     "DeviceMesh",
+    "Extent",
+    "Future",
     "MeshSliceTensor",
+    "NDSlice",
+    "Point",
     "Remote",
     "RemoteTensorError",
+    "Selection",
+    "Shape",
+    "Slice",
     "Stream",
     "Tensor",
     "call_on_shard_and_fetch",
@@ -40,9 +73,11 @@ _TENSOR_NAMES = (
     "show",
     "slice_mesh",
     "to_mesh",
-)
+]
 
-__all__ = ["Extent", "Future", "NDSlice", "Point", "Selection", "Shape", "Slice", *_TENSOR_NAMES]
+# distributed tensors (monarch-tensor, which imports torch): loaded on first use, as in Monarch
+_MESH_NAMES = {"Extent", "Future", "NDSlice", "Point", "Selection", "Shape", "Slice"}
+_TENSOR_NAMES = frozenset(__all__) - _MESH_NAMES
 
 __version__ = "0.1.0"
 

@@ -17,9 +17,20 @@ A = TypeVar("A")
 
 
 class Accumulator(Generic[R, A]):
-    """``Accumulator(mesh.ep, identity, combine).accumulate(*args)`` → a
+    """Fold the replies of every actor of a mesh into one value.
+
+    ``Accumulator(mesh.ep, identity, combine).accumulate(*args)`` gives a
     ``Future`` of ``combine(...combine(identity, r0)..., rN)`` over the replies,
-    in the order they arrive."""
+    in the order they arrive.
+
+    Args:
+        endpoint: the endpoint of an actor mesh to call (``mesh.method``).
+        identity: the starting value of the fold; also the result when the mesh is empty.
+        combine: ``combine(acc, reply)`` gives the next accumulated value.
+
+    Raises:
+        TypeError: ``endpoint`` is not the endpoint of an actor mesh.
+    """
 
     def __init__(
         self, endpoint: ActorEndpoint[..., R], identity: A, combine: Callable[[A, R], A]
@@ -33,6 +44,12 @@ class Accumulator(Generic[R, A]):
         self._combine = combine
 
     def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
+        """Call every actor of the mesh with these arguments and fold the replies.
+
+        Returns:
+            A ``Future`` of the folded value. It fails with the first error a
+            reply (or ``combine``) raises.
+        """
         replies = list(self._endpoint.stream(*args, **kwargs))
         done: concurrent.futures.Future[A] = concurrent.futures.Future()
         state = {"value": self._identity, "left": len(replies)}

@@ -41,6 +41,7 @@ class Actor:
 
     @functools.cached_property
     def logger(self) -> logging.Logger:
+        """A logger named after the actor's class, at level ``DEBUG`` (made on first use)."""
         logger = logging.getLogger(type(self).__name__)
         logger.setLevel(logging.DEBUG)
         return logger
@@ -48,11 +49,29 @@ class Actor:
 
 @dataclass(frozen=True, eq=False)
 class EndpointProperty(Generic[P, R]):
-    """What ``@endpoint`` leaves on the class: typed by the method's
-    parameters ``P`` and result ``R`` (an ``async def``'s awaited result), so
-    ``mesh.method.call_one(...)`` is checked and typed ``Future[R]``. Not
-    callable on purpose: inside the actor an endpoint is reached through a
-    mesh, shared logic belongs in a plain method."""
+    """What ``@endpoint`` leaves on the class in place of the method.
+
+    It is typed by the method's parameters ``P`` and result ``R`` (an
+    ``async def``'s awaited result), so ``mesh.method.call_one(...)`` is
+    checked and typed ``Future[R]``. Not callable on purpose: inside the actor
+    an endpoint is reached through a mesh, shared logic belongs in a plain
+    method. On an actor mesh, the attribute is the mesh's ``ActorEndpoint``.
+
+    Args:
+        method: the decorated method.
+        propagate: how ``rref()`` calls learn what the method returns, for
+            distributed tensors (monarch-tensor): a function, ``"cached"``,
+            ``"inspect"``, ``"mocked"`` or ``None``.
+        explicit_response_port: the method takes a ``Port`` first and answers
+            through it instead of returning its result.
+        concurrent: calls run as concurrent tasks (``@concurrent_endpoint``).
+
+    Attributes:
+        method: the decorated method.
+        propagate: the ``propagate=`` option given to the decorator.
+        explicit_response_port: whether the method answers through a ``Port`` it is given.
+        concurrent: whether calls run as concurrent tasks on the actor's loop.
+    """
 
     method: Callable[..., Any]
     propagate: Propagator = None
@@ -61,20 +80,30 @@ class EndpointProperty(Generic[P, R]):
 
     @property
     def name(self) -> str:
+        """The method's name, which is the endpoint's name on a mesh."""
         return self.method.__name__
 
     @property
     def is_async(self) -> bool:
+        """Whether the method is an ``async def``."""
         return inspect.iscoroutinefunction(self.method)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Check the arguments against the method's signature (``TypeError`` if
-        they do not fit), before anything is sent."""
+        """Check the arguments against the method's signature, before anything is sent.
+
+        Args:
+            args: the positional arguments of the call (without ``self`` or a response port).
+            kwargs: the keyword arguments of the call.
+
+        Raises:
+            TypeError: the arguments do not fit the method's signature.
+        """
         leading = (None, None) if self.explicit_response_port else (None,)
         self.signature.bind(*leading, *args, **kwargs)
 
     @functools.cached_property
     def signature(self) -> inspect.Signature:
+        """The method's signature, including ``self`` (computed once)."""
         return inspect.signature(self.method)
 
     # On a class the property itself; on an actor mesh (which ``spawn`` types
@@ -106,8 +135,31 @@ def endpoint(
     explicit_response_port: bool = False,
     instrument: bool = True,
 ) -> Any:
-    """Mark an actor method as callable through meshes: ``@endpoint`` or
-    ``@endpoint(explicit_response_port=True)``."""
+    """Mark an actor method as callable through meshes.
+
+    Use it bare (``@endpoint``) or with options
+    (``@endpoint(explicit_response_port=True)``). An actor's endpoints must be
+    all ``def`` or all ``async def``.
+
+    Args:
+        method: the method, when used bare; ``None`` when options are given.
+        propagate: for distributed tensors (monarch-tensor): how ``rref()``
+            calls learn what the method returns without running it, a function
+            of the arguments' fake tensors or ``"cached"``, ``"inspect"``,
+            ``"mocked"``.
+        explicit_response_port: the method gets a ``Port`` as its first
+            argument (after ``self``) and answers by sending to it; it may
+            return before it answers.
+        instrument: accepted for compatibility with Monarch; ignored.
+
+    Returns:
+        The ``EndpointProperty`` that replaces the method; with ``method=None``,
+        a decorator that makes one.
+
+    Raises:
+        ValueError: the method is already an endpoint.
+        TypeError: what is decorated is not callable.
+    """
 
     def wrap(fn: Callable[..., Any]) -> EndpointProperty[..., Any]:
         if isinstance(fn, EndpointProperty):
@@ -126,8 +178,26 @@ def concurrent_endpoint(
     explicit_response_port: bool = False,
     instrument: bool = True,
 ) -> Any:
-    """An ``async def`` endpoint whose calls run as concurrent tasks on the
-    actor's loop: the actor moves on to its next message at the first await."""
+    """An ``async def`` endpoint whose calls run as concurrent tasks on the actor's loop.
+
+    The actor moves on to its next message at the body's first ``await``, so
+    calls may overlap. Use it bare or with options, as ``endpoint``.
+
+    Args:
+        method: the ``async def`` method, when used bare; ``None`` when options are given.
+        propagate: as for ``endpoint``: how ``rref()`` calls learn what the
+            method returns (distributed tensors).
+        explicit_response_port: the method gets a ``Port`` as its first
+            argument (after ``self``) and answers by sending to it.
+        instrument: accepted for compatibility with Monarch; ignored.
+
+    Returns:
+        The ``EndpointProperty`` that replaces the method; with ``method=None``,
+        a decorator that makes one.
+
+    Raises:
+        ValueError: the method is not an ``async def``, or is already an endpoint.
+    """
 
     def wrap(fn: Callable[..., Any]) -> EndpointProperty[..., Any]:
         if isinstance(fn, EndpointProperty):

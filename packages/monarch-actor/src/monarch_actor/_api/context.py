@@ -26,7 +26,27 @@ EMPTY_POINT = Point(0, Extent([], []))
 
 
 class Instance:
-    """The actor that is running (the root client on the controller)."""
+    """The actor that is running (the root client on the controller).
+
+    Made by the runtime, not by user code: reach it as ``context().actor_instance``.
+
+    Args:
+        name: the name of the actor's mesh, as given to ``spawn``.
+        class_name: the actor's class, as ``module.QualifiedName``.
+        rank: the actor's point in its actor mesh.
+        proc_mesh: the proc mesh it was spawned on; ``None`` for the root client.
+        actor_id: the actor's id, ``name@process-address``.
+        creator: who spawned it, for display.
+        host: the runtime's handle on the running actor; ``None`` for the root client.
+
+    Attributes:
+        name: the name of the actor's mesh, as given to ``spawn`` (``"root"`` for the
+            root client).
+        class_name: the actor's class, as ``module.QualifiedName``.
+        rank: the actor's point in its actor mesh.
+        actor_id: the actor's id, ``name@process-address``.
+        creator: who spawned it, for display.
+    """
 
     def __init__(
         self,
@@ -48,6 +68,7 @@ class Instance:
 
     @property
     def proc_mesh(self) -> ProcMesh:
+        """The whole proc mesh the actor was spawned on (``this_proc()`` for the root client)."""
         if self._proc_mesh is None:
             return this_proc()
         return self._proc_mesh
@@ -61,21 +82,37 @@ class Instance:
 
     @property
     def proc_id(self) -> str:
+        """The id of the actor's process: its address."""
         return self.actor_id.partition("@")[2] or self.actor_id
 
     def stop(self, reason: str | None = None) -> None:
-        """Stop this actor after the current message, without a failure."""
+        """Stop this actor after the current message, without a failure.
+
+        Args:
+            reason: why it stops (``None``: "stopped by the actor itself").
+
+        Raises:
+            RuntimeError: called on the root client.
+        """
         if self._host is None:
             raise RuntimeError("the root client cannot stop itself; let the script end")
         self._host.request_stop(reason or "stopped by the actor itself")
 
     def abort(self, reason: str | None = None) -> None:
-        """Stop this actor with a failure its owner hears of."""
+        """Stop this actor after the current message, with a failure its owner hears of.
+
+        Args:
+            reason: the failure's message (``None``: "aborted").
+
+        Raises:
+            RuntimeError: called on the root client.
+        """
         if self._host is None:
             raise RuntimeError("the root client cannot abort itself; raise an exception instead")
         self._host.request_abort(reason or "aborted")
 
     kill = abort
+    """The same as ``abort``."""
 
     def __repr__(self) -> str:
         if self._host is None:
@@ -84,7 +121,20 @@ class Instance:
 
 
 class Context:
-    """What ``context()`` returns: ``actor_instance`` and ``message_rank``."""
+    """What ``context()`` returns: ``actor_instance`` and ``message_rank``.
+
+    Made by the runtime for each message; user code gets it from ``context()``.
+
+    Args:
+        actor_instance: the running actor.
+        message_rank: the actor's point in the mesh the message was sent to,
+            when known up front.
+        header: the message's header, from which ``message_rank`` is worked out
+            on first use when it is not given.
+
+    Attributes:
+        actor_instance: the running actor (the root client on the controller).
+    """
 
     __slots__ = ("_header", "_rank", "actor_instance")
 
@@ -106,6 +156,7 @@ class Context:
 
     @property
     def message_rank(self) -> Point:
+        """Where this actor is within the mesh (or slice) the current message was sent to."""
         if self._rank is None:
             labels, _offset, sizes, _strides = self._header["s"]  # type: ignore[index]
             self._rank = Point(self._header["b"][0], Extent(labels, sizes))  # type: ignore[index]
@@ -136,8 +187,10 @@ def current_rank() -> Point:
 
 
 def current_size() -> dict[str, int]:
+    """The sizes of the dimensions of the mesh the current message was sent to."""
     return dict(context().message_rank.extent)
 
 
 def current_actor_name() -> str:
+    """The running actor's id, ``name@process-address`` (``root@...`` on the controller)."""
     return str(context().actor_instance.actor_id)

@@ -35,8 +35,21 @@ R = TypeVar("R")
 
 
 class ActorEndpoint(Generic[P, R]):
-    """``mesh.method``: the adverbs that message the mesh's actors, typed by
-    the method's parameters ``P`` and result ``R``."""
+    """``mesh.method``: the adverbs that message the mesh's actors.
+
+    Typed by the method's parameters ``P`` and result ``R``. Every adverb checks
+    its arguments against the method's signature and pickles them on the
+    calling thread, so a ``TypeError`` or a pickling error is raised by the
+    call itself. Calls to actors known to have failed fail with
+    ``SupervisionError``.
+
+    Made by the mesh (``mesh.method``) or by ``as_endpoint``, not by user code.
+
+    Args:
+        mesh: the actor mesh (or slice) the adverbs message.
+        prop: the ``EndpointProperty`` of the method.
+        plain: the method is not marked ``@endpoint`` (see ``as_endpoint``).
+    """
 
     def __init__(
         self, mesh: ActorMesh[Any], prop: EndpointProperty[P, R], plain: bool = False
@@ -70,21 +83,47 @@ class ActorEndpoint(Generic[P, R]):
         self._mesh._cast_message(shape, header, frames, gather, port)
 
     def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        """Call the only actor of a one-actor mesh.
+
+        Returns:
+            A ``Future`` of the actor's reply; it raises what the endpoint raised.
+
+        Raises:
+            ValueError: the mesh does not have exactly one actor.
+        """
         size = len(self._mesh._shape)
         if size != 1:
             raise ValueError(f"call_one requires exactly 1 actor, but mesh has {size}")
         return self._gathered("one", self._mesh._shape, args, kwargs)
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
+        """Call every actor of the mesh and gather their replies.
+
+        Returns:
+            A ``Future`` of a ``ValueMesh`` of the replies, with the mesh's
+            extent; it fails with the first error an actor raised.
+        """
         return self._gathered("all", self._mesh._shape, args, kwargs)
 
     def choose(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        """Call one actor of the mesh, picked at random.
+
+        Returns:
+            A ``Future`` of that actor's reply.
+        """
         shape = self._mesh._shape
         rank = shape.ndslice[random.randrange(len(shape))]
         single = Shape([], Slice(offset=rank, sizes=[], strides=[]))
         return self._gathered("one", single, args, kwargs)
 
     def stream(self, *args: P.args, **kwargs: P.kwargs) -> Iterator[Future[R]]:
+        """Call every actor of the mesh and take the replies as they arrive.
+
+        Returns:
+            One ``Future`` per actor: the first completes with the first reply
+            to arrive, the second with the next, and so on. A failed reply
+            fails its future only.
+        """
         frames = self._message(args, kwargs)
         shape = self._mesh._shape
         gather = Gather(get_runtime(), len(shape), "stream", describe=self._describe(shape))
@@ -92,6 +131,14 @@ class ActorEndpoint(Generic[P, R]):
         return (Future._of(waiter) for waiter in gather.stream)
 
     def broadcast(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        """Send the call to every actor of the mesh without waiting for replies.
+
+        An actor whose endpoint raises then fails, and its owner hears of it.
+
+        Raises:
+            SupervisionError: the mesh's actors are known to have failed or stopped.
+            RuntimeError: the spawn of this mesh was refused.
+        """
         self._cast(self._mesh._shape, self._message(args, kwargs), None)
 
     def _gathered(
@@ -146,8 +193,24 @@ def send(
     port: Port[Any] | None = None,
     selection: Literal["all", "choose"] = "all",
 ) -> None:
-    """Send one message to each selected actor of ``endpoint``'s mesh; each
-    reply goes to ``port`` (dropped when there is none)."""
+    """Send one message to each selected actor of ``endpoint``'s mesh.
+
+    The primitive under the adverbs: nothing is gathered, each actor's reply
+    goes to ``port``.
+
+    Args:
+        endpoint: the endpoint of an actor mesh (``mesh.method``).
+        args: the positional arguments of the call.
+        kwargs: the keyword arguments of the call.
+        port: where each reply is sent; with ``None`` replies are dropped.
+        selection: ``"all"`` for every actor of the mesh, ``"choose"`` for one
+            picked at random.
+
+    Raises:
+        TypeError: ``endpoint`` is not an actor mesh's endpoint, or the
+            arguments do not fit the method's signature.
+        ValueError: ``selection`` is neither ``"all"`` nor ``"choose"``.
+    """
     if not isinstance(endpoint, ActorEndpoint):
         raise TypeError(f"send() takes an endpoint of an actor mesh, got {type(endpoint).__name__}")
     if selection not in ("all", "choose"):

@@ -121,8 +121,17 @@ def _pem_file(value: Any, path: Path, what: str) -> str:
 
 
 def alias_parts(address: str) -> tuple[str, str]:
-    """``DIAL@BIND`` -> (where peers dial, where to listen), as written; a
-    plain address is both."""
+    """Split a worker's ``DIAL@BIND`` address into where peers dial and where to listen.
+
+    Both parts are returned as written; a plain address is both.
+
+    Args:
+        address: an address such as ``tcp://NAME:PORT@tcp://0.0.0.0:PORT`` or
+            ``tcp://HOST:PORT``.
+
+    Returns:
+        ``(dial, bind)``.
+    """
     dial, at, bind = address.rpartition("@")
     if at and "://" in dial and "://" in bind:
         return dial, bind
@@ -159,9 +168,34 @@ def attach_to_workers(
     private_key: Any = None,
     name: str | None = None,
 ) -> HostMesh:
-    """A mesh of the hosts whose workers (``run_worker_loop_forever``) listen
-    at ``workers``, of extent ``{"hosts": len(workers)}``. Returns at once;
-    ``await hosts.initialized`` (or ``.get()``) waits until every worker answered."""
+    """A mesh of the hosts whose workers (``run_worker_loop_forever``) listen at ``workers``.
+
+    The mesh has extent ``{"hosts": len(workers)}``. Returns at once;
+    ``await hosts.initialized`` (or ``.get()``) waits until every worker answered.
+    Call it before anything else starts the runtime, so that this script and
+    the workers share the job's secret.
+
+    Args:
+        workers: each worker's address (``tcp://HOST:PORT``, ``ipc:///path``,
+            or ``DIAL@BIND``), or a ``Future`` of one.
+        ca: ``"trust_all_connections"`` (the default): workers and script prove
+            themselves with the job's secret (``$MONARCH_JOB_SECRET`` or the file
+            ``$MONARCH_JOB_SECRET_FILE`` names; a public one with a warning when
+            neither is set). Otherwise the certificate authority (PEM bytes or a
+            file) that signed every side's certificate: connections across hosts
+            then use mutual TLS.
+        private_key: with a certificate authority, this side's certificate and
+            key (PEM bytes or a file holding both).
+        name: the host mesh's name (default ``"hosts"``).
+
+    Returns:
+        The host mesh; ``spawn_procs`` on it starts processes on the workers.
+
+    Raises:
+        TypeError: ``workers`` is not a non-empty list of addresses or futures.
+        ValueError: an address cannot be parsed, or the security options do not fit together.
+        RuntimeError: the runtime already started with a secret the workers do not know.
+    """
     if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence) or not workers:
         raise TypeError(f"workers is a non-empty list of addresses, got {workers!r}")
     for worker in workers:

@@ -62,7 +62,18 @@ def _proc_mesh_ref(
 
 class HostMesh(MeshOps):
     """A mesh of hosts: ``this_host()`` is the one this code runs on;
-    ``attach_to_workers`` gives one of hosts on other machines."""
+    ``attach_to_workers`` gives one of hosts on other machines.
+
+    Made by those two functions rather than by user code.
+
+    Args:
+        shape: the mesh's shape, over host ranks.
+        agents: per host rank, a callable that gives the agent that starts
+            processes on that host.
+        name: the mesh's name, for display.
+        spawned: the proc meshes spawned on these hosts so far (shared with
+            slices of the mesh, so ``stop`` reaches them all).
+    """
 
     def __init__(
         self,
@@ -90,8 +101,32 @@ class HostMesh(MeshOps):
         proc_bind: list[dict[str, str]] | None = None,
         bootstrap_command: Any = None,
     ) -> ProcMesh:
-        """Start processes on every host: ``per_host={"gpus": 8}`` gives each
-        host 8. Returns at once; the processes start in the background."""
+        """Start processes on every host: ``per_host={"gpus": 8}`` gives each host 8.
+
+        Returns at once; the processes start in the background
+        (``await procs.initialized`` waits for them).
+
+        Args:
+            per_host: the new dimensions and their sizes, added after the host
+                mesh's own; ``None`` or ``{}`` is one process per host.
+            bootstrap: a callable run in each new process before it serves
+                (setup such as environment variables); it may be ``async``.
+            name: the proc mesh's name, shown in errors and logs (default ``"anon"``).
+            proc_bind: one CPU binding per process of a host, in row-major
+                order of ``per_host``: dicts with ``cpus``/``physcpubind`` (a CPU
+                list such as ``"0-3,8"``) or ``cpunodebind`` (NUMA nodes).
+            bootstrap_command: not supported (processes are forked from the host's
+                agent); anything but ``None`` raises ``ValueError``.
+
+        Returns:
+            The proc mesh, of extent the host mesh's dimensions plus ``per_host``'s.
+
+        Raises:
+            ValueError: a ``per_host`` size is not an int >= 1 or its name is
+                already a dimension of the host mesh; ``proc_bind`` does not have one
+                valid entry per process of a host; ``bootstrap_command`` is given.
+            TypeError: ``bootstrap`` is not callable, or a ``proc_bind`` entry is not a dict.
+        """
         per_host = dict(per_host or {})
         for label, size in per_host.items():
             if (
@@ -211,7 +246,15 @@ def _product(values: Any) -> int:
 
 
 class ProcMesh(MeshOps):
-    """A mesh of processes; ``spawn`` puts one actor in each."""
+    """A mesh of processes; ``spawn`` puts one actor in each.
+
+    Made by ``HostMesh.spawn_procs`` and ``this_proc()`` rather than by user code.
+
+    Args:
+        table: what this process knows of the mesh's processes (their addresses).
+        shape: the mesh's shape, over the table's ranks.
+        host: the host mesh the processes were spawned on, when spawned from here.
+    """
 
     def __init__(self, table: ProcTable, shape: Shape, host: HostMesh | None = None) -> None:
         self._table = table
@@ -222,7 +265,25 @@ class ProcMesh(MeshOps):
         return ProcMesh(self._table, shape, self._host)
 
     def spawn(self, name: str, Class: type[A], *args: Any, **kwargs: Any) -> A:
-        """One ``Class(*args, **kwargs)`` in every process of this mesh; returns at once."""
+        """Start one ``Class(*args, **kwargs)`` in every process of this mesh; returns at once.
+
+        Args:
+            name: the actor mesh's name, shown in errors and logs.
+            Class: the ``Actor`` subclass to start; its ``__init__`` gets ``args``
+                and ``kwargs``.
+
+        Returns:
+            The actor mesh, with this mesh's shape (typed as ``Class`` so its
+            endpoints type-check); ``await mesh.initialized`` waits for every
+            ``__init__``. If the processes hosted a failed actor, the spawn is
+            refused and every use of the mesh raises ``RuntimeError``.
+
+        Raises:
+            TypeError: ``name`` is not a non-empty string.
+            ValueError: ``Class`` is not an ``Actor`` subclass, mixes ``def`` and
+                ``async def`` endpoints, or has an endpoint named as a mesh attribute.
+            SupervisionError: the proc mesh has failed or was stopped.
+        """
         if not isinstance(name, str) or not name:
             raise TypeError(f"spawn() takes the actor mesh's name first, got {name!r}")
         is_async = check_actor_class(Class)
@@ -259,7 +320,14 @@ class ProcMesh(MeshOps):
         return self if self._table.ready and self._table.failure is None else None
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
-        """Stop every actor (running ``__cleanup__``) and every process of this mesh."""
+        """Stop every actor (running ``__cleanup__``) and every process of this mesh.
+
+        Args:
+            reason: why, reported to callers that reach the stopped actors.
+
+        Returns:
+            A ``Future`` that resolves once the processes are stopped.
+        """
         return stop_procs(self._table, list(self._shape.ndslice), reason)
 
     @property
@@ -276,6 +344,11 @@ class ProcMesh(MeshOps):
 
     @property
     def host_mesh(self) -> HostMesh:
+        """The host mesh a one-process mesh was spawned on.
+
+        Raises:
+            RuntimeError: the mesh has several processes, or was not spawned from here.
+        """
         if len(self._shape) != 1 or self._host is None:
             raise RuntimeError("host_mesh is only known for a one-process mesh spawned here")
         return self._host
@@ -286,7 +359,19 @@ class ProcMesh(MeshOps):
         aggregate_window_sec: int | None = None,
         level: int = 20,
     ) -> None:
-        """Stream the processes' stdout and stderr to this script, tagged with rank."""
+        """Stream the processes' stdout and stderr to this script, tagged with rank.
+
+        Args:
+            stream_to_client: ``True`` sends the lines to this script; ``False``
+                leaves them on the terminal the processes inherited.
+            aggregate_window_sec: seconds over which identical lines of several
+                ranks are shown once, with a count; ``None`` or 0 shows every line.
+            level: a logging level from 0 to 255; it is checked, but every line is
+                streamed whatever its level.
+
+        Raises:
+            ValueError: ``level`` or ``aggregate_window_sec`` is out of range.
+        """
         if not 0 <= level <= 255:
             raise ValueError(f"level must be in 0..255, got {level}")
         await configure_streaming(self, stream_to_client, aggregate_window_sec, level)
@@ -316,7 +401,20 @@ class ProcMesh(MeshOps):
 
 
 class ActorMesh(MeshOps, Generic[A]):
-    """One actor per process of a proc mesh; its endpoints are attributes."""
+    """One actor per process of a proc mesh; its endpoints are attributes.
+
+    ``mesh.method`` is the method's ``ActorEndpoint`` (``mesh.method.call()``);
+    a method not marked ``@endpoint`` is reachable through ``as_endpoint``.
+    Made by ``ProcMesh.spawn``, not by user code.
+
+    Args:
+        cls: the actor class.
+        key: the mesh's unique id in the job.
+        name: the name given to ``spawn``.
+        procs: the proc mesh the actors were spawned on.
+        shape: the ranks of ``procs`` this mesh (or slice) covers.
+        is_async: whether the actor's endpoints are ``async def``.
+    """
 
     def __init__(
         self, cls: type[A], key: str, name: str, procs: ProcMesh, shape: Shape, is_async: bool
@@ -392,7 +490,14 @@ class ActorMesh(MeshOps, Generic[A]):
         table.run_in_order(runtime, go)
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
-        """Stop these actors (their ``__cleanup__`` runs); their processes stay."""
+        """Stop these actors (their ``__cleanup__`` runs); their processes stay.
+
+        Args:
+            reason: why, reported to later callers of the stopped actors.
+
+        Returns:
+            A ``Future`` that resolves once every actor has stopped.
+        """
         runtime = get_runtime()
         if len(self._shape) == len(self._procs._shape):
             Supervision.of(runtime).stopping(self._key, reason)
@@ -463,8 +568,20 @@ def this_host() -> HostMesh:
 def as_endpoint(
     method: Any, *, propagate: Any = None, explicit_response_port: bool = False
 ) -> ActorEndpoint[..., Any]:
-    """An endpoint with every adverb for a method that is not marked
-    ``@endpoint``: ``as_endpoint(mesh.plain_method).call()``."""
+    """An endpoint with every adverb for a method that is not marked ``@endpoint``.
+
+    ``as_endpoint(mesh.plain_method).call()``.
+
+    Args:
+        method: the method as reached through an actor mesh (``mesh.plain_method``).
+        propagate: as for ``endpoint``: how ``rref()`` calls learn what the
+            method returns (distributed tensors).
+        explicit_response_port: the method takes a ``Port`` first and answers through it.
+
+    Raises:
+        ValueError: ``method`` is not a plain method of an actor mesh, or is an
+            ``async def`` on an actor whose endpoints are ``def``.
+    """
     if not isinstance(method, _NotAnEndpoint):
         raise ValueError(
             f"as_endpoint() takes a method of an actor mesh that is not an endpoint "

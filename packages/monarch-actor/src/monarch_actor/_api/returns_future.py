@@ -97,7 +97,17 @@ class _LazyFuture(Future[R]):
 
 
 def returns_future(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Future[R]]:
-    """Decorate an ``async def`` so that calling it returns a ``Future``."""
+    """Decorate an ``async def`` so that calling it returns a Monarch ``Future``.
+
+    The call does not start the coroutine: the first ``await`` runs it on the
+    awaiting loop, the first ``get()`` on a private loop of the calling thread.
+
+    Args:
+        fn: the ``async def`` function.
+
+    Raises:
+        TypeError: ``fn`` is not an ``async def`` function.
+    """
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"returns_future decorates an async def function, got {fn!r}")
 

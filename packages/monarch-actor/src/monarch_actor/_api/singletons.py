@@ -54,8 +54,20 @@ class Singletons:
 
 
 def get_or_spawn_controller(name: str, Class: type[A], *args: Any, **kwargs: Any) -> Future[A]:
-    """The actor ``name`` of class ``Class`` in the controller's process,
-    spawned by the first caller (with these arguments) and shared after."""
+    """The actor ``name`` of class ``Class`` in the controller's process.
+
+    Spawned by the first caller (with these arguments) and shared after:
+    callable from the script or from any actor.
+
+    Args:
+        name: the controller's name, unique in the job.
+        Class: the ``Actor`` subclass; ``args`` and ``kwargs`` go to its
+            ``__init__`` when it is spawned.
+
+    Returns:
+        A ``Future`` of the one-actor mesh. It fails with ``ValueError`` when a
+        controller of that name exists with another class.
+    """
     runtime = get_runtime()
     if runtime.root == runtime.address:
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()

@@ -19,9 +19,20 @@ R = TypeVar("R")
 class ValueMesh(MeshOps, Generic[R]):
     """Values laid out on a mesh, in row-major rank order.
 
-    >>> vm = ValueMesh(Shape(["gpus"], Slice.new_row_major([3])), [5, 6, 7])
-    >>> vm.values(), vm.item(gpus=1), vm.slice(gpus=slice(1, None)).values()
-    ([5, 6, 7], 6, [6, 7])
+    What ``call()`` resolves to: one reply per actor, with the extent of the
+    mesh it was sent to. It slices and reshapes like any mesh.
+
+    Args:
+        shape: the mesh's shape.
+        values: one value per rank of ``shape``, in row-major order.
+
+    Raises:
+        ValueError: there are not as many values as ranks.
+
+    Examples:
+        >>> vm = ValueMesh(Shape(["gpus"], Slice.new_row_major([3])), [5, 6, 7])
+        >>> vm.values(), vm.item(gpus=1), vm.slice(gpus=slice(1, None)).values()
+        ([5, 6, 7], 6, [6, 7])
     """
 
     def __init__(self, shape: Shape, values: Sequence[R]) -> None:
@@ -40,9 +51,11 @@ class ValueMesh(MeshOps, Generic[R]):
         return mesh
 
     def values(self) -> list[R]:
+        """Every value, in row-major order."""
         return [self._by_rank[rank] for rank in self._shape.ndslice]
 
     def items(self) -> Iterator[tuple[Point, R]]:
+        """Every ``(point, value)`` pair, in row-major order; iterating the mesh gives the same."""
         extent = self._shape.extent
         for position, rank in enumerate(self._shape.ndslice):
             yield Point(position, extent), self._by_rank[rank]
@@ -51,11 +64,19 @@ class ValueMesh(MeshOps, Generic[R]):
         return self.items()
 
     def get(self, index: int) -> R:
-        """The value at row-major position ``index``."""
+        """The value at row-major position ``index``.
+
+        Args:
+            index: a position from 0 to ``len(mesh) - 1``.
+        """
         return self._by_rank[self._shape.ndslice[index]]
 
     def item(self, **coords: int) -> R:
-        """The value at the given coordinates (every dimension needed)."""
+        """The value at the given coordinates, one per dimension: ``vm.item(gpus=1)``.
+
+        Raises:
+            KeyError: a dimension is missing or unknown.
+        """
         labels = self._shape.labels
         for label in coords:
             if label not in labels:

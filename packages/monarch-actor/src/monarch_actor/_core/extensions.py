@@ -20,6 +20,7 @@ __all__ = ["EXTENSION_GROUP", "extension", "transform_arguments", "transformed"]
 
 
 EXTENSION_GROUP = "monarch.extensions"
+"""The group of Python entry points where sibling packages declare their hooks."""
 
 # what each hook is for, and the package that provides it
 _PROVIDERS = {
@@ -38,9 +39,21 @@ def _entry_points() -> dict[str, Any]:
 
 
 def extension(name: str, required: bool = True) -> Callable[..., Any] | None:
-    """The hook ``name`` a sibling package declares as a Python entry point
-    of group ``monarch.extensions`` (loaded once). Missing: ``None`` unless
-    ``required``, then a ``RuntimeError`` naming the package to install."""
+    """The hook ``name`` that a sibling package declares as a Python entry point.
+
+    Hooks are entry points of group ``monarch.extensions``, looked up once per process.
+
+    Args:
+        name: the hook's name, such as ``"activate"``, ``"rref"`` or ``"keep"``.
+        required: whether a missing hook is an error.
+
+    Returns:
+        The loaded hook; ``None`` when it is missing and not ``required``.
+
+    Raises:
+        RuntimeError: the hook is missing and ``required``; the message names
+            the package to install.
+    """
     point = _entry_points().get(name)
     if point is not None:
         hook: Callable[..., Any] = point.load()
@@ -54,8 +67,15 @@ def extension(name: str, required: bool = True) -> Callable[..., Any] | None:
 
 
 def transform_arguments(transform: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]) -> None:
-    """Apply ``transform(actor_mesh, args, kwargs) -> (args, kwargs)`` to the
-    arguments of every endpoint call made from this process from now on."""
+    """Rewrite the arguments of every endpoint call made from this process from now on.
+
+    Transforms apply in the order they were registered; registering one twice
+    has no effect.
+
+    Args:
+        transform: ``transform(actor_mesh, args, kwargs) -> (args, kwargs)``,
+            called on the calling thread before the arguments are pickled.
+    """
     if transform not in _transforms:
         _transforms.append(transform)
 

@@ -44,8 +44,21 @@ class Future(Generic[R]):
         return cls(INTERNAL, cf)
 
     def get(self, timeout: float | None = None) -> R:
-        """Wait for the result (at most ``timeout`` seconds: then ``TimeoutError``,
-        and the operation goes on)."""
+        """Wait for the result, blocking the calling thread.
+
+        Called from inside a running event loop it warns, since it blocks the
+        loop: use ``await`` there.
+
+        Args:
+            timeout: the most seconds to wait; ``None`` waits as long as it takes.
+
+        Returns:
+            The result; a failed operation raises its exception instead.
+
+        Raises:
+            TimeoutError: the result did not arrive in time (the operation goes on).
+            ValueError: ``timeout`` is not a finite number >= 0.
+        """
         if timeout is not None and (
             not isinstance(timeout, int | float) or timeout < 0 or not math.isfinite(timeout)
         ):
@@ -65,9 +78,17 @@ class Future(Generic[R]):
             raise TimeoutError(f"the result did not arrive within {timeout} s") from None
 
     result = get
+    """The same as ``get``."""
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Wait, then return the failure instead of raising it (``None`` on success)."""
+        """Wait, then return the failure instead of raising it (``None`` on success).
+
+        Args:
+            timeout: the most seconds to wait; ``None`` waits as long as it takes.
+
+        Raises:
+            TimeoutError: the operation did not finish in time.
+        """
         try:
             self.get(timeout)
         except TimeoutError:
@@ -79,9 +100,16 @@ class Future(Generic[R]):
         return None
 
     def done(self) -> bool:
+        """Whether the result (or failure) has arrived."""
         return self._cf.done()
 
     def add_done_callback(self, callback: Callable[[Future[R]], object]) -> None:
+        """Call ``callback(self)`` once the future is done.
+
+        Args:
+            callback: called with this future on the thread that completes it,
+                or at once on this thread if it is already done.
+        """
         self._cf.add_done_callback(lambda _: callback(self))
 
     def as_asyncio(self) -> asyncio.Future[R]:

@@ -40,13 +40,22 @@ _lock = threading.Lock()
 
 
 def subscribe(callback: Callable[[LifecycleEvent], None]) -> None:
-    """Call ``callback(event)`` for every lifecycle event of this process."""
+    """Call ``callback(event)`` for every lifecycle event of this process.
+
+    Args:
+        callback: given each ``LifecycleEvent``, on the thread that saw it; it
+            must be quick. What it raises is logged and otherwise ignored.
+    """
     with _lock:
         _subscribers.append(callback)
 
 
 def unsubscribe(callback: Callable[[LifecycleEvent], None]) -> None:
-    """Stop calling ``callback``."""
+    """Stop calling ``callback``; nothing happens if it was not subscribed.
+
+    Args:
+        callback: a callback given to ``subscribe``.
+    """
     with _lock:
         if callback in _subscribers:
             _subscribers.remove(callback)

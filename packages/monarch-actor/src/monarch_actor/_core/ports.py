@@ -20,8 +20,20 @@ R = TypeVar("R")
 
 
 class Port(Generic[R]):
-    """The sending end of a channel. ``send`` is fire-and-forget and ordered;
-    callable from any thread."""
+    """The sending end of a channel: picklable, so it can be passed to any actor.
+
+    ``send`` is fire-and-forget and ordered; callable from any thread. Made by
+    ``Channel.open()`` (or given to an ``explicit_response_port`` endpoint).
+
+    Args:
+        address: the address of the process that receives.
+        pid: the id of the receiving port in that process.
+        rank: the rank the messages are tagged with, for a ranked receiver.
+
+    Attributes:
+        return_undeliverable: kept for compatibility with Monarch's ports; this
+            runtime does not read it.
+    """
 
     __slots__ = ("_address", "_pid", "_rank", "return_undeliverable")
 
@@ -32,10 +44,19 @@ class Port(Generic[R]):
         self.return_undeliverable = True
 
     def send(self, obj: R) -> None:
+        """Send ``obj`` (pickled) to the receiver, without waiting.
+
+        Args:
+            obj: the message.
+        """
         get_runtime().send(self._address, port_header(self._pid, self._rank), obj)
 
     def exception(self, exc: BaseException) -> None:
-        """The receiver raises ``exc``."""
+        """Make the receiver's next ``recv()`` raise ``exc``.
+
+        Args:
+            exc: the exception to raise at the receiver.
+        """
         get_runtime().send(self._address, port_header(self._pid, self._rank, failed=True), exc)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -46,7 +67,17 @@ class Port(Generic[R]):
 
 
 class PortReceiver(Generic[R]):
-    """The receiving end: ``recv()`` is a ``Future`` of the next message."""
+    """The receiving end: ``recv()`` is a ``Future`` of the next message.
+
+    Messages are kept in arrival order until received.
+
+    Args:
+        once: close the port after its first message.
+        ranked: deliver each message as ``(sender's rank, value)``.
+
+    Attributes:
+        port: the sending end, to hand to whoever answers.
+    """
 
     def __init__(self, once: bool = False, ranked: bool = False) -> None:
         self._runtime = get_runtime()
@@ -87,11 +118,13 @@ class PortReceiver(Generic[R]):
             self._waiters.append(waiter)
 
     def recv(self) -> Future[R]:
+        """A ``Future`` of the next message; it raises what the sender passed to ``exception``."""
         waiter: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._runtime.call_soon(self._take, waiter)
         return Future._of(waiter)
 
     def close(self) -> None:
+        """Close the port: what is sent to it afterwards is not received."""
         self._runtime.call_soon(self._runtime.close_port, self._pid)
 
 
@@ -102,21 +135,41 @@ def _as_error(value: object) -> BaseException:
 
 
 class RankedPortReceiver(PortReceiver[R]):
-    """A receiver whose messages arrive as ``(sender's rank, value)``."""
+    """A receiver whose messages arrive as ``(sender's rank, value)``.
+
+    Args:
+        once: close the port after its first message.
+    """
 
     def __init__(self, once: bool = False) -> None:
         super().__init__(once, ranked=True)
 
 
 class Channel(Generic[R]):
-    """``Channel.open()`` → ``(port, receiver)``."""
+    """Ports and their receivers: ``Channel.open()`` gives ``(port, receiver)``."""
 
     @staticmethod
     def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
+        """A new port of this process and its receiver.
+
+        Args:
+            once: close the port after its first message.
+
+        Returns:
+            ``(port, receiver)``.
+        """
         receiver: PortReceiver[R] = PortReceiver(once)
         return receiver.port, receiver
 
     @staticmethod
     def open_ranked(once: bool = False) -> tuple[Port[R], RankedPortReceiver[R]]:
+        """As ``open``, with a receiver that gives ``(sender's rank, value)`` pairs.
+
+        Args:
+            once: close the port after its first message.
+
+        Returns:
+            ``(port, receiver)``.
+        """
         receiver: RankedPortReceiver[R] = RankedPortReceiver(once)
         return receiver.port, receiver

@@ -24,9 +24,17 @@ log = logging.getLogger("monarch.actor.faults")
 
 
 def unhandled_fault_hook(failure: MeshFailure) -> None:
-    """Called on the controller for every failure no actor handled. Replace
-    ``monarch.actor.unhandled_fault_hook`` to decide yourself: returning
-    means handled, raising (as this default does) means the script ends."""
+    """Called on the controller for every failure no actor handled.
+
+    Replace ``monarch.actor.unhandled_fault_hook`` (or
+    ``monarch_actor.unhandled_fault_hook``) to decide yourself: returning means
+    handled, raising (as this default does, with ``SystemExit``) means the
+    script ends: the failure is reported on stderr and the main thread gets a
+    ``KeyboardInterrupt``.
+
+    Args:
+        failure: what failed, and why.
+    """
     sys.exit(1)
 
 

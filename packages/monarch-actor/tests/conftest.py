@@ -8,7 +8,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-os.environ.setdefault("MONARCH_PRELOAD", "")  # the tests do not use torch in procs
+os.environ.setdefault("MONARCH_PRELOAD", "none")  # the tests do not use torch in procs
 
 
 @pytest.fixture(scope="session")

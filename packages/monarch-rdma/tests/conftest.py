@@ -8,7 +8,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
-os.environ.setdefault("MONARCH_PRELOAD", "")
+os.environ.setdefault("MONARCH_PRELOAD", "none")
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +25,15 @@ def owner(procs):
     from rdma_actors import Owner
 
     return procs.spawn("owner", Owner)
+
+
+@pytest.fixture(autouse=True)
+def _configuration_restored():
+    """Each test starts from the configuration the session started with."""
+    import monarch_config
+
+    with monarch_config.configured():
+        yield
 
 
 @pytest.fixture

@@ -59,7 +59,7 @@ def test_configuration(settings, monkeypatch):
         8 << 20,
     )
     monkeypatch.setenv("MONARCH_RDMA_TCP_STREAMS", "zero")
-    with pytest.raises(ValueError, match="MONARCH_RDMA_TCP_STREAMS must be an integer"):
+    with pytest.raises(ValueError, match="MONARCH_RDMA_TCP_STREAMS='zero' is not a valid value"):
         _config.RdmaConfig.from_env()
 
 

@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Any, cast
 
+import monarch_config
 from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
 from ._api.actor_host import ActorHost
@@ -281,6 +282,7 @@ def proc_main(blob: bytes) -> int:
     _use_paths(start["path"])
     info: dict[str, Any] = pickle.loads(start["info"])
     os.environ.update(info["env"])
+    monarch_config.inherit(info.get("config") or {})  # before anything reads a setting
     join_job(os.environ["MONARCH_JOB_DIR"])
     apply_binding(info.get("bind"))
     sys.argv = [info.get("argv0", "monarch-proc")]

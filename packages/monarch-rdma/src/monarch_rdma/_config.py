@@ -1,22 +1,7 @@
-"""Configuration: environment variables read once, overridable in-process.
-
-=====================================  ==========  =========================================
-variable                               default     meaning
-=====================================  ==========  =========================================
-``MONARCH_RDMA_BACKEND``               ``auto``    force ``ibverbs``, ``cma``, ``tcp`` or
-                                                   ``cuda_ipc`` for every transfer
-``MONARCH_RDMA_ALLOW_TCP_FALLBACK``    ``1``       allow the ``tcp`` backend in ``auto``
-``MONARCH_RDMA_DISABLE_IBVERBS``       ``0``       never use ibverbs
-``MONARCH_RDMA_DISABLE_CMA``           ``0``       never use ``process_vm_readv``
-``MONARCH_RDMA_MAX_CHUNK_SIZE_MB``     ``64``      largest piece one request/WR moves
-``MONARCH_RDMA_TCP_STREAMS``           ``2``       parallel connections for a large tcp transfer
-``MONARCH_RDMA_CMA_THREADS``           (cores)     threads one large same-host copy uses
-``MONARCH_RDMA_HUGE_PAGES``            ``1``       back large registered host memory with huge pages
-``MONARCH_RDMA_TCP_HOST``              (see doc)   address the data-plane server binds to
-``MONARCH_RDMA_IBVERBS_DEVICE``        first       ibverbs device name (``mlx5_0`` ...)
-``MONARCH_RDMA_IBVERBS_PORT``          ``1``       port number on that device
-``MONARCH_RDMA_IBVERBS_GID_INDEX``     auto        GID table index (RoCE)
-=====================================  ==========  =========================================
+"""The RDMA settings: ``rdma_*`` keys in the registry of ``monarch_config``,
+read from ``MONARCH_RDMA_*`` environment variables and changed with
+``configure`` (here, or ``monarch.config.configure``). The configuration
+reference of the docs lists them.
 
 Backend names are checked against the registry of backends (``_backends``),
 so a backend this package does not know is refused where it is configured.
@@ -30,12 +15,13 @@ import os
 import threading
 from typing import Any
 
+import monarch_config
 import monarch_rdma._backends as _backends
 
 __all__ = ["RdmaConfig", "configure", "get_config"]
 
 MAX_AUTO_CMA_THREADS = 8
-_FALSE = {"0", "false", "no", "off", ""}
+_OWNER = "monarch-rdma"
 
 
 @functools.cache
@@ -43,22 +29,109 @@ def _cores() -> int:
     return os.cpu_count() or 1  # several microseconds a call: asked once
 
 
-def _flag(name: str, default: bool) -> bool:
-    text = os.environ.get(name)
-    return default if text is None else text.strip().lower() not in _FALSE
+@dataclasses.dataclass(frozen=True)
+class _BackendName(monarch_config.Kind):
+    """``auto`` or a registered backend's name."""
+
+    what: str = "auto or a backend's name (ibverbs, cma, tcp, cuda_ipc)"
+
+    def parse(self, text: str) -> str:
+        """A value from an environment variable's text (see ``Kind.parse``)."""
+        return self.check(text.strip().lower() or "auto")
+
+    def check(self, value: Any) -> str:
+        """The value ``configure`` stores for ``value`` (see ``Kind.check``)."""
+        if not isinstance(value, str):
+            raise TypeError(f"expected a backend's name, got {value!r}")
+        name = value.strip().lower()
+        known = _backends.names()
+        if name != "auto" and name not in known:
+            raise ValueError(
+                f"unknown RDMA backend {value!r}: use 'auto' or one of {', '.join(known)}"
+            )
+        return name
 
 
-def _int(name: str, default: int, low: int) -> int:
-    text = os.environ.get(name)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {text!r}") from None
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
+def _declare(field: str, kind: monarch_config.Kind, default: Any, doc: str) -> Any:
+    return monarch_config.declare(
+        f"rdma_{field}",
+        kind,
+        default,
+        env=f"MONARCH_RDMA_{field.upper()}",
+        doc=doc,
+        owner=_OWNER,
+    )
+
+
+_SETTINGS = {
+    "backend": _declare(
+        "backend", _BackendName(), "auto", "Force one backend for every transfer, or `auto`."
+    ),
+    "allow_tcp_fallback": _declare(
+        "allow_tcp_fallback",
+        monarch_config.Bool(),
+        True,
+        "Whether automatic selection may use the `tcp` backend.",
+    ),
+    "disable_ibverbs": _declare(
+        "disable_ibverbs", monarch_config.Bool(), False, "Never use ibverbs."
+    ),
+    "disable_cma": _declare(
+        "disable_cma",
+        monarch_config.Bool(),
+        False,
+        "Never use same-host cross-memory attach (`process_vm_readv`/`writev`).",
+    ),
+    "max_chunk_size_mb": _declare(
+        "max_chunk_size_mb",
+        monarch_config.Int(minimum=1),
+        64,
+        "The largest piece, in MiB, that one request or ibverbs work request moves.",
+    ),
+    "tcp_streams": _declare(
+        "tcp_streams",
+        monarch_config.Int(minimum=1),
+        2,
+        "Parallel connections of a large `tcp` transfer.",
+    ),
+    "cma_threads": _declare(
+        "cma_threads",
+        monarch_config.Int(minimum=1, optional=True),
+        None,
+        "Threads one large same-host copy uses; unset: one per core, at most 8.",
+    ),
+    "huge_pages": _declare(
+        "huge_pages",
+        monarch_config.Bool(),
+        True,
+        "Back registered host memory of 8 MiB or more with huge pages.",
+    ),
+    "tcp_host": _declare(
+        "tcp_host",
+        monarch_config.Text(optional=True, what="a host name or address"),
+        None,
+        "Where the owner's data-plane server listens; unset: the host the actor "
+        "runtime listens on, else loopback.",
+    ),
+    "ibverbs_device": _declare(
+        "ibverbs_device",
+        monarch_config.Text(optional=True, what="a device name"),
+        None,
+        "The RDMA device to open (`mlx5_0`, ...); unset: the first one listed.",
+    ),
+    "ibverbs_port": _declare(
+        "ibverbs_port",
+        monarch_config.Int(minimum=1),
+        1,
+        "The port number on that device.",
+    ),
+    "ibverbs_gid_index": _declare(
+        "ibverbs_gid_index",
+        monarch_config.Int(minimum=0, optional=True),
+        None,
+        "The GID table index; unset: picked on RoCE, 0 on InfiniBand.",
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,64 +214,43 @@ class RdmaConfig:
 
     @classmethod
     def from_env(cls) -> RdmaConfig:
-        """The settings the ``MONARCH_RDMA_*`` environment variables give.
+        """The settings in force: the ``rdma_*`` keys of ``monarch.config``
+        (what ``configure`` set, else the ``MONARCH_RDMA_*`` environment
+        variables, else the defaults).
 
         Unset (or empty) variables leave the default; a flag is false when it
         is ``0``, ``false``, ``no`` or ``off``.
 
         Returns:
-            The settings, checked.
+            The settings.
 
         Raises:
-            ValueError: a number is malformed or too small, or the backend is
-                not a registered one.
+            ValueError: a variable holds no valid value (the message names it).
         """
-        gid = os.environ.get("MONARCH_RDMA_IBVERBS_GID_INDEX")
-        return _checked(
-            cls(
-                backend=os.environ.get("MONARCH_RDMA_BACKEND", "auto").strip().lower() or "auto",
-                allow_tcp_fallback=_flag("MONARCH_RDMA_ALLOW_TCP_FALLBACK", True),
-                disable_ibverbs=_flag("MONARCH_RDMA_DISABLE_IBVERBS", False),
-                disable_cma=_flag("MONARCH_RDMA_DISABLE_CMA", False),
-                max_chunk_size_mb=_int("MONARCH_RDMA_MAX_CHUNK_SIZE_MB", 64, 1),
-                tcp_streams=_int("MONARCH_RDMA_TCP_STREAMS", 2, 1),
-                cma_threads=_int("MONARCH_RDMA_CMA_THREADS", 0, 1) or None,
-                huge_pages=_flag("MONARCH_RDMA_HUGE_PAGES", True),
-                tcp_host=os.environ.get("MONARCH_RDMA_TCP_HOST") or None,
-                ibverbs_device=os.environ.get("MONARCH_RDMA_IBVERBS_DEVICE") or None,
-                ibverbs_port=_int("MONARCH_RDMA_IBVERBS_PORT", 1, 1),
-                ibverbs_gid_index=int(gid) if gid and gid.strip() else None,
-            )
-        )
-
-
-def _checked(config: RdmaConfig) -> RdmaConfig:
-    known = _backends.names()
-    if config.backend != "auto" and config.backend not in known:
-        raise ValueError(
-            f"unknown RDMA backend {config.backend!r}: use 'auto' or one of {', '.join(known)}"
-        )
-    if config.max_chunk_size_mb < 1 or config.tcp_streams < 1 or config.ibverbs_port < 1:
-        raise ValueError("max_chunk_size_mb, tcp_streams and ibverbs_port must be >= 1")
-    if config.cma_threads is not None and config.cma_threads < 1:
-        raise ValueError("cma_threads must be >= 1 (or None: one per core)")
-    return config
+        return cls(**{field: setting.get() for field, setting in _SETTINGS.items()})
 
 
 _lock = threading.Lock()
-_config: RdmaConfig | None = None
+_cached: tuple[int, RdmaConfig] | None = None
 
 
 def get_config() -> RdmaConfig:
-    """The settings in force in this process."""
-    global _config
-    config = _config
-    if config is None:
+    """The settings in force in this process.
+
+    The environment is read once; ``configure`` (this module's or
+    ``monarch.config``'s) takes effect at once.
+
+    Returns:
+        The settings.
+    """
+    global _cached
+    generation = monarch_config.generation()
+    cached = _cached
+    if cached is None or cached[0] != generation:
         with _lock:
-            if _config is None:
-                _config = RdmaConfig.from_env()
-            config = _config
-    return config
+            cached = (generation, RdmaConfig.from_env())
+            _cached = cached
+    return cached[1]
 
 
 def configure(**changes: Any) -> RdmaConfig:
@@ -206,25 +258,26 @@ def configure(**changes: Any) -> RdmaConfig:
 
     ``configure(backend="auto")`` restores automatic selection. Settings not
     named keep their value. The keywords are the fields of
-    [`RdmaConfig`][monarch_rdma.RdmaConfig].
+    [`RdmaConfig`][monarch_rdma.RdmaConfig]; ``monarch.config.configure``
+    takes the same with an ``rdma_`` prefix (``rdma_backend="tcp"``), as in
+    Monarch.
+
+    Args:
+        changes: the fields to change, with their new values.
 
     Returns:
         The settings that were in force before, so a caller can put them
             back with ``configure(**dataclasses.asdict(old))``.
 
     Raises:
-        TypeError: a keyword is not a setting.
+        TypeError: a keyword is not a setting, or a value is not of its kind.
         ValueError: a value is out of range, or the backend is not a
             registered one.
     """
-    global _config
     fields = {f.name for f in dataclasses.fields(RdmaConfig)}
     unknown = sorted(set(changes) - fields)
     if unknown:
         raise TypeError(f"unknown RDMA setting(s) {unknown}; known: {sorted(fields)}")
-    if isinstance(changes.get("backend"), str):
-        changes["backend"] = changes["backend"].strip().lower()
     old = get_config()
-    with _lock:
-        _config = _checked(dataclasses.replace(old, **changes))
+    monarch_config.configure(**{f"rdma_{name}": value for name, value in changes.items()})
     return old

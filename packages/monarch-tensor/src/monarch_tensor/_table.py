@@ -10,7 +10,6 @@ ordering streams, rref results and shard arguments need.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
@@ -19,15 +18,16 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from ._config import TENSOR_WAIT
 from ._errors import RemoteTensorError
 
 __all__ = ["TABLE", "Poison", "Ref", "Shard", "Table", "keep", "local_shard", "wait_limit"]
 
 
 def wait_limit() -> float:
-    """How long a process waits for a tensor it needs (``MONARCH_TENSOR_WAIT``,
-    seconds, default 300: a collective's peers may be that slow)."""
-    return float(os.environ.get("MONARCH_TENSOR_WAIT", "300"))
+    """How long a process waits for a tensor it needs, in seconds (the
+    ``tensor_wait`` setting, ``MONARCH_TENSOR_WAIT``: a collective's peers may be slow)."""
+    return TENSOR_WAIT.get()
 
 
 class Ref:

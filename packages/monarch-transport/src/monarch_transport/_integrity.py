@@ -30,14 +30,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import os
 import struct
 from collections.abc import Sequence
 from typing import Final
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ._errors import AuthenticationError, TransportError
+from ._config import INTEGRITY
+from ._errors import AuthenticationError
 
 __all__ = [
     "INTEGRITY_ENV",
@@ -51,7 +51,7 @@ __all__ = [
     "required",
 ]
 
-INTEGRITY_ENV: Final = "MONARCH_TRANSPORT_INTEGRITY"
+INTEGRITY_ENV: Final = INTEGRITY.env[0]
 MODES: Final = ("always", "auto", "off")
 TAG: Final = 16  # bytes of BLAKE2b tag: forging one blindly is a 2**-128 chance
 
@@ -63,19 +63,19 @@ class IntegrityError(AuthenticationError):
 
 
 def default_mode() -> str:
-    """``$MONARCH_TRANSPORT_INTEGRITY`` (``always``, ``auto`` or ``off``); ``auto``
-    when unset.
+    """The ``transport_integrity`` setting (``always``, ``auto`` or ``off``;
+    ``$MONARCH_TRANSPORT_INTEGRITY``); ``auto`` when unset.
 
     It is the default of ``Settings.integrity``: when a listener demands that
     messages after the handshake carry a MAC.
 
+    Returns:
+        The mode in force.
+
     Raises:
-        TransportError: the variable holds another value.
+        ValueError: the environment variable holds another value.
     """
-    mode = os.environ.get(INTEGRITY_ENV, "auto")
-    if mode not in MODES:
-        raise TransportError(f"{INTEGRITY_ENV} must be one of {', '.join(MODES)}, got {mode!r}")
-    return mode
+    return INTEGRITY.get()
 
 
 def required(mode: str, scheme: str, host: str) -> bool:

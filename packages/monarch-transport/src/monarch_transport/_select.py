@@ -10,6 +10,7 @@ import os
 import threading
 
 from ._address import Address, ChannelTransport
+from ._config import BACKEND
 from ._errors import AddressError
 from ._interface import Listener, Sender, Transport
 from ._registry import backend_class, choosable, scheme_owner
@@ -24,8 +25,7 @@ __all__ = [
     "transport_for",
 ]
 
-BACKEND_ENV = "MONARCH_TRANSPORT"
-DEFAULT_BACKEND = "nng"
+BACKEND_ENV = BACKEND.env[0]  # prefer_backend sets it, so that started processes inherit
 
 
 class _Choice:
@@ -106,8 +106,9 @@ def prefer_backend(name: str) -> None:
 def _configured() -> type[Transport]:
     if _choice.backend is not None:
         return backend_class(_choice.backend)
-    name = os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
-    return backend_class(name, named_by=f"{BACKEND_ENV}=")
+    name = BACKEND.get()
+    source = BACKEND_ENV if os.environ.get(BACKEND_ENV) == name else BACKEND.name
+    return backend_class(name, named_by=f"{source}=")
 
 
 def transport_for(address: Address | str) -> Transport:

@@ -4,12 +4,12 @@ of a job agrees without being told."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Final
 
 from ._address import Address
 from ._auth import job_secret
+from ._config import MAX_MESSAGE_SIZE, TLS_CA, TLS_CERT, TLS_KEY
 from ._errors import TransportError
 from ._integrity import MODES, default_mode
 
@@ -22,8 +22,8 @@ __all__ = [
     "TlsFiles",
 ]
 
-MAX_SIZE_ENV: Final = "MONARCH_MAX_MESSAGE_SIZE"
-DEFAULT_MAX_SIZE: Final = 4 << 30  # 4 GiB
+MAX_SIZE_ENV: Final = MAX_MESSAGE_SIZE.env[0]
+DEFAULT_MAX_SIZE: Final = MAX_MESSAGE_SIZE.default
 # connections still authenticating that a listener holds at once; a real peer
 # is past the handshake within a round trip, so 64 only fills up under attack
 DEFAULT_MAX_UNAUTHENTICATED: Final = 64
@@ -33,12 +33,7 @@ and its key, in that order; ``TlsFiles.from_env`` reads them."""
 
 
 def _default_max_size() -> int:
-    text = os.environ.get(MAX_SIZE_ENV)
-    if text is None:
-        return DEFAULT_MAX_SIZE
-    if not text.isdigit() or int(text) < 1024:
-        raise TransportError(f"{MAX_SIZE_ENV} must be a byte count of at least 1024, got {text!r}")
-    return int(text)
+    return MAX_MESSAGE_SIZE.get()
 
 
 @dataclass(frozen=True)
@@ -74,7 +69,7 @@ class TlsFiles:
         Raises:
             TransportError: some of the three variables are set, but not all.
         """
-        paths = [os.environ.get(name) for name in TLS_ENV]
+        paths = [TLS_CA.get(), TLS_CERT.get(), TLS_KEY.get()]
         if not any(paths):
             return None
         missing = [name for name, path in zip(TLS_ENV, paths, strict=True) if not path]

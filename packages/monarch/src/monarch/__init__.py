@@ -15,6 +15,13 @@ Examples:
 from typing import TYPE_CHECKING, Any
 
 from monarch_actor import Future
+from monarch_config import (
+    clear_runtime_config,
+    configure,
+    configured,
+    get_global_config,
+    get_runtime_config,
+)
 from monarch_mesh import Extent, NDSlice, Point, Selection, Shape, Slice
 
 if TYPE_CHECKING:  # for type checkers and the API reference; at run time, __getattr__
@@ -59,10 +66,15 @@ __all__ = [
     "Stream",
     "Tensor",
     "call_on_shard_and_fetch",
+    "clear_runtime_config",
     "coalescing",
+    "configure",
+    "configured",
     "fetch_shard",
     "get_active_mesh",
     "get_active_stream",
+    "get_global_config",
+    "get_runtime_config",
     "grad_function",
     "grad_generator",
     "inspect",
@@ -76,8 +88,7 @@ __all__ = [
 ]
 
 # distributed tensors (monarch-tensor, which imports torch): loaded on first use, as in Monarch
-_MESH_NAMES = {"Extent", "Future", "NDSlice", "Point", "Selection", "Shape", "Slice"}
-_TENSOR_NAMES = frozenset(__all__) - _MESH_NAMES
+_TENSOR_NAMES = frozenset(__all__) - set(globals())
 
 __version__ = "0.1.0"
 

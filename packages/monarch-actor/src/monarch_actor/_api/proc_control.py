@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+import monarch_config
 from monarch_transport import decode
 
 from .._core.config import cleanup_timeout
@@ -105,6 +106,7 @@ def start_procs(
                 "path": list(sys.path),
                 "root": runtime.root,
                 "heartbeat": beat_every,
+                "config": monarch_config.runtime_values(),  # what configure() set here
             }
             agent.spawn(table, rank, info)
 

@@ -1,76 +1,114 @@
-"""Runtime settings read from the environment (Monarch's names where it has one)."""
+"""The actor runtime's settings, declared in the registry of ``monarch_config``
+(Monarch's key and environment variable where Monarch has the setting)."""
 
 from __future__ import annotations
 
-import os
+from typing import Final
 
+from monarch_config import Duration, Int, Text, declare
 from monarch_supervision import DEFAULT_HEARTBEAT_DEADLINE
 
 __all__ = [
+    "PRELOAD",
     "attach_timeout",
     "cast_fanout",
     "cleanup_timeout",
-    "order_gap_wait",
     "heartbeat_deadline",
     "host_deadline",
+    "order_gap_wait",
 ]
 
+_OWNER: Final = "monarch-actor"
 
-def _int(names: tuple[str, ...], default: int, low: int) -> int:
-    for name in names:
-        text = os.environ.get(name)
-        if text is None:
-            continue
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"{name} must be an integer, got {text!r}") from None
-        if value < low:
-            raise ValueError(f"{name} must be at least {low}, got {value}")
-        return value
-    return default
+_CAST_FANOUT = declare(
+    "max_cast_fanout",
+    Int(minimum=1),
+    16,
+    env=("MONARCH_CAST_FANOUT", "HYPERACTOR_MESH_MAX_CAST_FANOUT"),
+    doc="Children per node of a broadcast's multicast tree.",
+    owner=_OWNER,
+)
+_HEARTBEAT_DEADLINE = declare(
+    "heartbeat_deadline",
+    Duration(),
+    DEFAULT_HEARTBEAT_DEADLINE,
+    env="MONARCH_HEARTBEAT_DEADLINE",
+    doc="How long a process may stay silent before its owner counts it dead (it "
+    "sends a heartbeat every fifth of this).",
+    owner=_OWNER,
+)
+_HOST_DEADLINE = declare(
+    "host_deadline",
+    Duration(),
+    5.0,
+    env="MONARCH_HOST_DEADLINE",
+    doc="How long a worker host may stay silent before its procs' callers are told "
+    "the host is lost.",
+    owner=_OWNER,
+)
+_ATTACH_TIMEOUT = declare(
+    "attach_timeout",
+    Duration(),
+    60.0,
+    env="MONARCH_ATTACH_TIMEOUT",
+    doc="How long `attach_to_workers` keeps trying a worker that is not up yet.",
+    owner=_OWNER,
+)
+_CLEANUP_TIMEOUT = declare(
+    "cleanup_timeout",
+    Duration(),
+    5.0,
+    env=("MONARCH_CLEANUP_TIMEOUT", "HYPERACTOR_CLEANUP_TIMEOUT"),
+    doc="How long an actor's `__cleanup__` (and stopping the meshes it owns) may take.",
+    owner=_OWNER,
+)
+_ORDER_GAP_WAIT = declare(
+    "order_gap_wait",
+    Duration(),
+    30.0,
+    env="MONARCH_ORDER_GAP_WAIT",
+    doc="How long a missing message may hold up later ones from the same sender to "
+    "the same actor (only a message lost with a forwarding process goes missing).",
+    owner=_OWNER,
+)
+PRELOAD = declare(
+    "preload",
+    Text(what="module names, comma-separated; auto; none"),
+    "auto",
+    env="MONARCH_PRELOAD",
+    doc="Modules each host's fork server imports before forking procs, so every "
+    "proc starts with them: `auto` is torch when the script has imported it, "
+    "`none` is nothing.",
+    owner=_OWNER,
+)
 
 
 def cast_fanout() -> int:
     """Children per node of a broadcast's multicast tree."""
-    return _int(("MONARCH_CAST_FANOUT", "HYPERACTOR_MESH_MAX_CAST_FANOUT"), 16, 1)
-
-
-def _seconds(name: str, default: float) -> float:
-    text = os.environ.get(name)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
+    return _CAST_FANOUT.get()
 
 
 def heartbeat_deadline() -> float:
     """Seconds a process may stay silent before its owner counts it dead."""
-    return _seconds("MONARCH_HEARTBEAT_DEADLINE", DEFAULT_HEARTBEAT_DEADLINE)
+    return _HEARTBEAT_DEADLINE.get()
 
 
 def host_deadline() -> float:
     """Seconds a worker may stay silent before its host counts as lost."""
-    return _seconds("MONARCH_HOST_DEADLINE", 5.0)
+    return _HOST_DEADLINE.get()
 
 
 def attach_timeout() -> float:
     """Seconds ``attach_to_workers`` keeps trying a worker that is not up yet."""
-    return _seconds("MONARCH_ATTACH_TIMEOUT", 60.0)
+    return _ATTACH_TIMEOUT.get()
 
 
 def cleanup_timeout() -> float:
     """Seconds an actor's ``__cleanup__`` (and stopping the meshes it owns) may take."""
-    return _seconds("MONARCH_CLEANUP_TIMEOUT", 5.0)
+    return _CLEANUP_TIMEOUT.get()
 
 
 def order_gap_wait() -> float:
     """Seconds a missing message may hold up later ones from the same sender
-    to the same actor (only a message lost with a process that forwarded it
-    goes missing)."""
-    return _seconds("MONARCH_ORDER_GAP_WAIT", 30.0)
+    to the same actor."""
+    return _ORDER_GAP_WAIT.get()

@@ -19,6 +19,7 @@ import msgpack  # type: ignore[import-untyped]
 
 from monarch_transport import SECRET_ENV, job_secret
 
+from .._core.config import PRELOAD
 from .._core.process import get_runtime, job_dir
 from .._core.router import Runtime
 
@@ -33,16 +34,17 @@ __all__ = [
 ]
 
 JOB_DIR_OWNER_ENV = "MONARCH_AGENT_OWNS_JOB_DIR"
-PRELOAD_ENV = "MONARCH_PRELOAD"
+PRELOAD_ENV = PRELOAD.env[0]
 
 
 def preload() -> str:
     """What the fork server imports before forking (so every proc has it at
-    once): ``$MONARCH_PRELOAD``, else torch if this script uses it."""
-    configured = os.environ.get(PRELOAD_ENV)
-    if configured is not None:
-        return configured
-    return "torch" if "torch" in sys.modules else ""
+    once), comma-separated: the ``preload`` setting (``$MONARCH_PRELOAD``);
+    ``auto`` is torch if this script uses it, ``none`` nothing."""
+    configured = PRELOAD.get().strip()
+    if configured == "auto":
+        return "torch" if "torch" in sys.modules else ""
+    return "" if configured == "none" else configured
 
 
 class HostAgent:

@@ -66,7 +66,7 @@ class HostService:
             first = controller not in self.started
             self.started.setdefault(controller, _Started(controller))
             if self.agent is None:  # warm: the first spawn need not wait for it
-                os.environ.setdefault(PRELOAD_ENV, str(header.get("preload") or ""))
+                os.environ.setdefault(PRELOAD_ENV, str(header.get("preload") or "none"))
                 self._agent()
             self._tell(controller, "hello", self._describe())
             if first:

@@ -1,0 +1,67 @@
+"""``monarch.config``: Monarch's functions over one registry of every package's
+settings, and what ``configure`` set reaching the processes spawned afterwards."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import monarch
+import monarch.config
+import monarch_config
+from monarch.actor import Actor, endpoint, this_host
+
+
+class Settings(Actor):
+    @endpoint
+    def value(self, key: str) -> object:
+        return monarch_config.get_global_config()[key]
+
+
+@pytest.fixture(autouse=True)
+def _runtime_layer_restored():
+    with monarch_config.configured():
+        yield
+
+
+def test_monarchs_names_are_the_registrys_functions() -> None:
+    for name in monarch.config.__all__:
+        assert getattr(monarch.config, name) is getattr(monarch_config, name)
+        assert getattr(monarch, name) is getattr(monarch_config, name)
+    with pytest.raises(ValueError, match="invalid configuration key: `nonexistent_key`"):
+        monarch.configure(nonexistent_key=1)
+    with pytest.raises(TypeError, match="invalid value `'many'` for configuration key"):
+        monarch.configure(max_cast_fanout="many")
+
+
+def test_every_installed_packages_settings_are_known_before_it_is_imported() -> None:
+    probe = (
+        "import monarch_config\n"
+        "config = monarch_config.get_global_config()\n"
+        "keys = 'rdma_allow_tcp_fallback', 'tensor_wait', 'cleanup_timeout'\n"
+        "print(*(config[k] for k in keys))\n"
+        "monarch_config.configure(rdma_backend='tcp')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["True", "5m", "5s"]
+
+
+def test_what_configure_set_reaches_processes_spawned_afterwards() -> None:
+    monarch.configure(cleanup_timeout="7s", rdma_tcp_streams=3)
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        probe = procs.spawn("settings", Settings)
+        assert set(probe.value.call("cleanup_timeout").get(timeout=60).values()) == {"7s"}
+        assert set(probe.value.call("rdma_tcp_streams").get(timeout=60).values()) == {3}
+    finally:
+        procs.stop().get(timeout=60)
+
+
+def test_a_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONARCH_HEARTBEAT_DEADLINE", "soon")
+    with pytest.raises(ValueError, match="MONARCH_HEARTBEAT_DEADLINE='soon' is not a valid value"):
+        monarch.config.get_global_config()

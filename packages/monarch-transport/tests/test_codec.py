@@ -6,6 +6,7 @@ import array
 import contextlib
 import doctest
 import gc
+import importlib.util
 import json
 import math
 import operator
@@ -775,3 +776,37 @@ def test_two_threads_decoding_one_half_imported_package(tmp_path: Path, monkeypa
     second.start()
     assert first_done.wait(30) and halfmade_gate.second_done.wait(30)
     assert results == {"first": "made", "second": "made"}
+
+
+def test_code_from_a_module_no_receiver_can_import_travels_by_value(tmp_path: Path) -> None:
+    """A test module imported by path (pytest's importlib mode) is in sys.modules under a
+    name no other process can import: its functions and classes go by value."""
+    source = tmp_path / "hidden" / "by_path.py"
+    source.parent.mkdir()
+    source.write_text("class Box:\n    size = 3\n\ndef triple(x):\n    return x * Box.size\n")
+    spec = importlib.util.spec_from_file_location("hidden_pkg.by_path", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["hidden_pkg.by_path"] = module
+    try:
+        spec.loader.exec_module(module)
+        frames = encode((module.triple, module.Box))
+    finally:
+        del sys.modules["hidden_pkg.by_path"]
+    probe = textwrap.dedent(
+        """
+        import sys
+        from monarch_transport._codec import decode
+        triple, box = decode([bytes.fromhex(part) for part in sys.argv[1:]])[1]
+        print(triple(2), box.__name__)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *(bytes(frame).hex() for frame in frames)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["6", "Box"]

@@ -25,12 +25,14 @@ have authenticated.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import io
 import pickle
 import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pickle import PickleBuffer
+from types import FunctionType
 from typing import Any, Final
 
 import cloudpickle  # type: ignore[import-untyped]
@@ -470,7 +472,29 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             reduced = _reduce_tensor(obj)
             if reduced is not None:
                 return reduced
+        if cls is FunctionType or isinstance(obj, type):
+            module = obj.__module__
+            if module not in _importable:
+                _by_value_if_unimportable(module)
         return _cloudpickle_reducer_override(self, obj)
+
+
+# Receivers import a class or function by its module's name, on their sys.path
+# (processes of a job share the controller's). A module loaded from a file that no
+# sys.path entry reaches (a pytest test module imported by path) cannot be imported
+# that way: it travels by value instead, as __main__ does. Decided once per module.
+_importable: dict[str | None, bool] = {None: True, "__main__": False}
+
+
+def _by_value_if_unimportable(name: str) -> None:
+    top = name.partition(".")[0]
+    found = top in sys.builtin_module_names or (
+        importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
+    )
+    _importable[name] = found
+    module = sys.modules.get(name)
+    if not found and module is not None:
+        cloudpickle.register_pickle_by_value(module)
 
 
 class _BufferPickler(_Pickler):

@@ -166,7 +166,7 @@ def test_local_job_runs_a_client_script(in_tmp):
 
 
 @pytest.mark.parametrize(
-    "name", ["enable_telemetry", "enable_admin", "remote_mount", "gather_mount"]
+    "name", ["remote_mount", "gather_mount"]
 )
 def test_what_is_not_available_says_so(name):
     with pytest.raises(Unsupported, match=name):

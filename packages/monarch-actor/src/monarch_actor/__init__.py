@@ -16,7 +16,10 @@ Examples:
 
 from monarch_mesh import Extent, Point
 
-from . import _boot  # noqa: F401  (wires the layers: the controller starts on first use)
+from . import (
+    _boot,  # noqa: F401  (wires the layers: the controller starts on first use)
+    config,
+)
 from ._api.accumulator import Accumulator
 from ._api.actor import Actor, EndpointProperty, concurrent_endpoint, endpoint
 from ._api.context import (
@@ -27,12 +30,15 @@ from ._api.context import (
     current_rank,
     current_size,
 )
+from ._api.debug_protocol import DebugClient, DebugConnectionError
+from ._api.debugger import DebugController, DebugSessionInfo, debug_controller
 from ._api.endpoint import ActorEndpoint, send
 from ._api.hosts import attach_to_workers
 from ._api.mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
 from ._api.proc_control import shutdown_context
 from ._api.returns_future import returns_future
 from ._api.singletons import get_or_spawn_controller
+from ._api.telemetry import get_meter, span, traced
 from ._api.value_mesh import ValueMesh
 from ._boot import (
     run_worker_loop_forever,
@@ -59,6 +65,10 @@ __all__ = [
     "ActorMesh",
     "Channel",
     "Context",
+    "DebugClient",
+    "DebugConnectionError",
+    "DebugController",
+    "DebugSessionInfo",
     "Endpoint",
     "EndpointProperty",
     "Extent",
@@ -76,17 +86,22 @@ __all__ = [
     "ValueMesh",
     "as_endpoint",
     "concurrent_endpoint",
+    "config",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
+    "debug_controller",
     "endpoint",
+    "get_meter",
     "get_or_spawn_controller",
     "returns_future",
     "send",
     "shutdown_context",
+    "span",
     "this_host",
     "this_proc",
+    "traced",
     "unhandled_fault_hook",
 ]
 

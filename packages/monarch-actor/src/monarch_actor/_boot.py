@@ -23,7 +23,9 @@ import monarch_config
 from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
 from ._api.actor_host import ActorHost
+from ._api.debugger import install_breakpoint_hook
 from ._api.hosts import TRUST_ALL, configure_security, split_alias
+from ._api.introspection import Introspection
 from ._api.local_actors import LocalActors
 from ._api.proc_control import (
     PROC_ENTRY,
@@ -33,6 +35,7 @@ from ._api.proc_control import (
     stop_local_actors,
 )
 from ._api.singletons import Singletons
+from ._api.telemetry import start_telemetry
 from ._core.future import Future
 from ._core.process import (
     LISTEN_ENV,
@@ -74,6 +77,9 @@ def wire(runtime: Runtime) -> None:
     supervision = Supervision(runtime)
     actors = runtime.provide(LocalActors(runtime, ActorHost))
     runtime.handle(Kind.CALL, actors.deliver)
+    install_breakpoint_hook()  # breakpoint() in an actor: a session for `monarch debug`
+    start_telemetry(runtime)  # the log prefix; the OpenTelemetry SDK the settings ask for
+    Introspection(runtime)
 
     def find_actor(key: str) -> ActorHost | None:
         return cast(ActorHost | None, actors.hosts.get(key))  # every host here is an ActorHost

@@ -4,7 +4,9 @@ into this package's private modules: making futures, this process's
 address, splitting a worker's ``DIAL@BIND`` address (``alias_parts``), and
 the lifecycle events of actors and processes (``subscribe(callback)``:
 each ``monarch_supervision.LifecycleEvent`` of this process, on the thread
-that saw it; callbacks must be quick).
+that saw it; callbacks must be quick), what a process is doing
+(``inspect_process``, for the mesh admin), and progress lines for long
+waits (``progress``).
 
 Examples:
     >>> import concurrent.futures
@@ -21,19 +23,24 @@ import concurrent.futures
 from typing import TypeVar
 
 from ._api.hosts import alias_parts
+from ._api.introspection import inspect_process
 from ._api.mesh_ops import MeshOps
 from ._core.extensions import EXTENSION_GROUP, extension, transform_arguments
 from ._core.future import Future
 from ._core.lifecycle import subscribe, unsubscribe
 from ._core.process import maybe_runtime
+from ._core.progress import Progress, progress
 
 __all__ = [
     "EXTENSION_GROUP",
     "MeshOps",
+    "Progress",
     "alias_parts",
     "extension",
     "future_from",
+    "inspect_process",
     "process_address",
+    "progress",
     "resolved",
     "subscribe",
     "transform_arguments",

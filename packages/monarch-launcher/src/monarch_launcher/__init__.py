@@ -20,6 +20,7 @@ from ._errors import JobError, LauncherError, Unsupported, WorkerAddressError
 from ._exec import exec_command
 from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait, LocalJob, job_load, job_loads
 from ._kubernetes import ImageSpec, KubeConfig, KubernetesJob
+from ._observe import MeshAdminConfig, TelemetryConfig
 from ._process import ProcessJob
 from ._shell import shell
 from ._slurm import SlurmJob
@@ -36,8 +37,10 @@ __all__ = [
     "KubernetesJob",
     "LauncherError",
     "LocalJob",
+    "MeshAdminConfig",
     "ProcessJob",
     "SlurmJob",
+    "TelemetryConfig",
     "Unsupported",
     "WorkerAddressError",
     "check_worker_address",

@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 from monarch_actor import HostMesh, this_host
 
 from ._errors import Unsupported
+from ._observe import MeshAdminConfig, TelemetryConfig, start_observers
 from ._procutil import LocalProcess, end_sessions
 
 __all__ = [
@@ -107,6 +108,8 @@ class JobTrait(ABC):
         self._status: _Status = "not_running"
         self._apply_id: str | None = None
         self._attached: list[HostMesh] = []
+        self._admin: MeshAdminConfig | None = None
+        self._telemetry: TelemetryConfig | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -229,6 +232,8 @@ class JobTrait(ABC):
     def _remember(self, state: JobState) -> JobState:
         if self._shutdown_on_kill:
             self._attached.extend(state._hosts.values())
+        # a job loaded from an older cache file has neither attribute
+        start_observers(getattr(self, "_admin", None), getattr(self, "_telemetry", None))
         return state
 
     def _load_cached(self, cached_path: str | None) -> JobTrait | None:
@@ -309,21 +314,53 @@ class JobTrait(ABC):
             Path(temporary).unlink(missing_ok=True)
             raise
 
-    # -- what Monarch has and this implementation does not (yet) ------------------------
+    # -- looking at the job ---------------------------------------------------------------
 
-    def enable_telemetry(self, *args: Any, **kwargs: Any) -> JobTrait:
-        """Not available: Monarch's telemetry services have no counterpart here yet."""
-        raise Unsupported(
-            "enable_telemetry() is not available in Monarch in Python; jobs run without the "
-            "telemetry sidecar"
-        )
+    def enable_telemetry(
+        self,
+        config: TelemetryConfig | None = None,
+        *,
+        mesh_admin_config: MeshAdminConfig | None = None,
+        **kwargs: Any,
+    ) -> JobTrait:
+        """Start the mesh admin server (and, with ``include_dashboard``, the
+        dashboard) when ``state()`` next makes the job's state.
 
-    def enable_admin(self, *args: Any, **kwargs: Any) -> JobTrait:
-        """Not available: Monarch's mesh admin agent has no counterpart here yet."""
-        raise Unsupported(
-            "enable_admin() is not available in Monarch in Python; jobs run without the mesh "
-            "admin agent"
-        )
+        Args:
+            config: the telemetry settings; made from ``kwargs`` when omitted.
+            mesh_admin_config: where the admin server listens; the default
+                unless ``enable_admin`` chose already.
+            kwargs: ``TelemetryConfig`` fields.
+
+        Returns:
+            This job, for chaining.
+
+        Raises:
+            TypeError: a keyword is not a ``TelemetryConfig`` field.
+        """
+        self._telemetry = config if config is not None else TelemetryConfig(**kwargs)
+        if mesh_admin_config is not None or getattr(self, "_admin", None) is None:
+            self._admin = mesh_admin_config or MeshAdminConfig()
+        return self
+
+    def enable_admin(self, config: MeshAdminConfig | None = None, **kwargs: Any) -> JobTrait:
+        """Start the mesh admin server when ``state()`` next makes the job's
+        state; it prints ``Mesh admin server listening on http://HOST:PORT``.
+
+        Args:
+            config: where it listens; made from ``kwargs`` when omitted.
+            kwargs: ``MeshAdminConfig`` fields (``admin_addr``).
+
+        Returns:
+            This job, for chaining.
+
+        Raises:
+            TypeError: a keyword is not a ``MeshAdminConfig`` field.
+        """
+        self._admin = config if config is not None else MeshAdminConfig(**kwargs)
+        return self
+
+    # -- what Monarch has and this implementation does not ----------------------------------
 
     def remote_mount(self, *args: Any, **kwargs: Any) -> None:
         """Not available: mounting a local folder on the workers (FUSE)."""

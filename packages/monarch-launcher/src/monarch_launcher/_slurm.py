@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from monarch_actor import HostMesh, attach_to_workers
+from monarch_actor.extension import Progress, progress
 
 from ._errors import JobError, Unsupported
 from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait
@@ -504,6 +505,10 @@ class SlurmJob(JobTrait):
         job_id = self.slurm_job_id
         if job_id is None:
             raise JobError("this SlurmJob has no Slurm job: apply() it first")
+        with progress(f"Slurm job {job_id}: waiting for its nodes") as line:
+            return self._poll_for_nodes(job_id, line)
+
+    def _poll_for_nodes(self, job_id: str, line: Progress) -> list[str]:
         timeout = self._job_start_timeout
         started = time.monotonic()
         last_report = started
@@ -526,6 +531,8 @@ class SlurmJob(JobTrait):
             if state in TERMINAL_STATES or state.split()[0] in TERMINAL_STATES:
                 raise self._ended(job_id)
             now = time.monotonic()
+            waiting = f" ({reason})" if reason and reason != "None" else ""
+            line.update(description=f"Slurm job {job_id} is {state}{waiting}")
             if state != last_state or now - last_report >= _PROGRESS_EVERY:
                 log.info(
                     "Slurm job %s is %s%s (waited %.0f s)",

@@ -1,5 +1,6 @@
-"""The ``monarch`` command: serve a host (``monarch worker``) and manage the
-jobs a project applies (``monarch job apply|status|kill``)."""
+"""The ``monarch`` command: serve a host (``monarch worker``), manage the
+jobs a project applies (``monarch job apply|status|kill``) and debug the
+actors of a running program (``monarch debug``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+from monarch_actor import DebugClient, DebugConnectionError
 
 from ._current import import_job, set_current_job
 from ._errors import LauncherError, WorkerAddressError
@@ -19,7 +22,7 @@ from ._process import ProcessJob
 from ._slurm import SlurmJob, slurm_worker_address
 from ._worker import FORMS, serve
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "debug_session", "main"]
 
 log = logging.getLogger("monarch.launcher.cli")
 
@@ -41,6 +44,9 @@ examples:
       .monarch/job_state.pkl, where job.state() in your script finds it
   monarch job status
   monarch job kill
+  monarch debug
+      attach to the pdb sessions that breakpoint() opened in the actors of a
+      running program (its debug server, localhost:27000 by default)
 
 Workers and controllers must share MONARCH_JOB_SECRET (hex, at least 32
 digits) or MONARCH_JOB_SECRET_FILE; jobs that start workers set this up.
@@ -178,6 +184,70 @@ def _kill(args: argparse.Namespace) -> int:
     return 0
 
 
+DEBUG_CONNECT_TIMEOUT = 30.0  # seconds to connect to the debug server and hear its greeting
+
+
+def _debug(args: argparse.Namespace) -> int:
+    try:
+        client = DebugClient(args.host, args.port, timeout=DEBUG_CONNECT_TIMEOUT)
+    except DebugConnectionError as error:
+        raise LauncherError(str(error)) from None
+    return debug_session(client, sys.stdin, sys.stdout)
+
+
+def debug_session(client: DebugClient, stdin: TextIO, stdout: TextIO) -> int:
+    """Relay a terminal to the debug server until either side ends the conversation.
+
+    Lines typed at a terminal are read with line editing; lines piped in are
+    echoed after the prompt, so the transcript reads as a session would. The
+    end of input leaves the debugger with the sessions in place.
+
+    Args:
+        client: the connection to the debug server.
+        stdin: where the commands come from.
+        stdout: where the server's output goes.
+
+    Returns:
+        The exit status: 0, or 1 when the connection broke.
+    """
+    interactive = stdin.isatty() and stdout.isatty()
+    stdout.write(client.greeting)
+    try:
+        while not client.closed:
+            line = _debug_line(client.prompt, stdin, stdout, interactive)
+            if line is None:
+                break
+            stdout.write(client.send(line))
+            stdout.flush()
+    except KeyboardInterrupt:
+        stdout.write("\n")
+    except DebugConnectionError as error:
+        sys.stderr.write(f"monarch debug: {error}\n")
+        return 1
+    finally:
+        client.close()
+        stdout.flush()
+    return 0
+
+
+def _debug_line(prompt: str, stdin: TextIO, stdout: TextIO, interactive: bool) -> str | None:
+    """The next line typed at ``prompt``; ``None`` at the end of input."""
+    if interactive:
+        try:
+            return input(prompt)
+        except EOFError:
+            stdout.write("\n")
+            return None
+    stdout.write(prompt)
+    line = stdin.readline()
+    if not line:
+        stdout.write("\n")
+        return None
+    line = line.rstrip("\r\n")
+    stdout.write(f"{line}\n")
+    return line
+
+
 def _add_file(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--file",
@@ -222,8 +292,8 @@ def _add_kill(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """Build the ``monarch`` command's argument parser.
 
-    Its commands are ``worker`` and ``job apply|status|kill`` (with
-    ``apply`` and ``kill`` also at the top level, as in Monarch).
+    Its commands are ``worker``, ``job apply|status|kill`` (with ``apply``
+    and ``kill`` also at the top level, as in Monarch) and ``debug``.
 
     Returns:
         The parser; each command sets ``run`` to the function that runs it.
@@ -318,6 +388,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     job.set_defaults(run=lambda _args: _missing(job))
 
+    debug = commands.add_parser(
+        "debug",
+        help="attach to the pdb sessions of actors stopped at breakpoint()",
+        description="Connect to the debug server of a running Monarch program: breakpoint() "
+        "in an actor opens a pdb session there. Commands: list, attach <actor> <rank>, "
+        "cast <actor> ranks(...) <pdb command>, continue, detach, help, quit.",
+    )
+    debug.add_argument(
+        "--host",
+        default=None,
+        help="where the program's debug server listens (default: $MONARCH_DEBUG_SERVER_HOST, "
+        "else localhost)",
+    )
+    debug.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="its port (default: $MONARCH_DEBUG_SERVER_PORT, else 27000)",
+    )
+    debug.set_defaults(run=_debug)
+
     _add_apply(
         commands.add_parser(
             "apply",
@@ -343,9 +434,10 @@ def _missing(parser: argparse.ArgumentParser) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the ``monarch`` command and exit with its status.
 
-    Errors the launcher expects (a bad address, a missing job file, ...) are
-    printed as one line, with status 2 for a bad worker address or usage
-    and 1 for the rest; ``job status`` exits with 3 when the job does not run.
+    Errors the launcher expects (a bad address, a missing job file, no debug
+    server, ...) are printed as one line, with status 2 for a bad worker
+    address or usage and 1 for the rest; ``job status`` exits with 3 when the
+    job does not run.
 
     Args:
         argv: the arguments (default: the command line's).

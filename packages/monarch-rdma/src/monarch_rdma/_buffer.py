@@ -16,7 +16,7 @@ import monarch_rdma._backends as _backends
 import monarch_rdma._control as _control
 import monarch_rdma._owner as _owner
 from monarch_actor import Future
-from monarch_actor.extension import future_from, resolved
+from monarch_actor.extension import future_from, progress, resolved
 
 from ._config import get_config
 from ._cuda_memory import check_allocator
@@ -251,6 +251,15 @@ class _Op:
     atomic: dict[str, int] | None = None
 
 
+LARGE_TRANSFER = 256 << 20  # bytes: a transfer this large shows a progress line
+
+
+def _show_transfer(done: concurrent.futures.Future[None], nbytes: int) -> None:
+    """A progress line on the terminal while a large transfer runs."""
+    with progress(f"RDMA: moving {nbytes / (1 << 30):.2f} GiB"):
+        concurrent.futures.wait([done])
+
+
 class RDMAAction:
     """A batch of transfers submitted as one unit.
 
@@ -441,6 +450,9 @@ class RDMAAction:
                 return _failed(error)
         futures = [workers().submit(_execute, op, deadline) for op in ops]
         result: concurrent.futures.Future[None] = concurrent.futures.Future()
+        moved = sum(op.nbytes for op in ops)
+        if moved >= LARGE_TRANSFER:
+            threading.Thread(target=_show_transfer, args=(result, moved), daemon=True).start()
         remaining = [len(futures)]
         lock = threading.Lock()
 

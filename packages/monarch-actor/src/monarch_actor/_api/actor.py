@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import functools
-import importlib.machinery
 import inspect
 import logging
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-import cloudpickle  # type: ignore[import-untyped]
+from .telemetry import instrumented
 
 __all__ = [
     "Actor",
@@ -20,7 +18,6 @@ __all__ = [
     "check_actor_class",
     "concurrent_endpoint",
     "endpoint",
-    "pickle_by_value_if_unimportable",
 ]
 
 if TYPE_CHECKING:
@@ -37,11 +34,18 @@ MESH_ATTRIBUTES = frozenset(
 
 
 class Actor:
-    """Base class of user actors: subclass it and mark methods with ``@endpoint``."""
+    """Base class of user actors: subclass it and mark methods with ``@endpoint``.
+
+    Records an actor logs with Python's ``logging`` (through ``self.logger``
+    or any other logger) start with ``[actor=<the actor>] `` while
+    ``monarch_actor.config.prefix_python_logs_with_actor`` is true.
+    """
 
     @functools.cached_property
     def logger(self) -> logging.Logger:
-        """A logger named after the actor's class, at level ``DEBUG`` (made on first use)."""
+        """A logger named after the actor's class, at level ``DEBUG`` (made on
+        first use); it has no handlers of its own: its records go to those of
+        the root logger."""
         logger = logging.getLogger(type(self).__name__)
         logger.setLevel(logging.DEBUG)
         return logger
@@ -65,18 +69,24 @@ class EndpointProperty(Generic[P, R]):
         explicit_response_port: the method takes a ``Port`` first and answers
             through it instead of returning its result.
         concurrent: calls run as concurrent tasks (``@concurrent_endpoint``).
+        instrument: ``method`` runs each call inside a telemetry span named
+            after it (the decorators wrap it so; its ``__wrapped__`` is the
+            user's method).
 
     Attributes:
-        method: the decorated method.
+        method: what runs for each call: the decorated method, or with
+            ``instrument`` a wrapper that runs it inside a span.
         propagate: the ``propagate=`` option given to the decorator.
         explicit_response_port: whether the method answers through a ``Port`` it is given.
         concurrent: whether calls run as concurrent tasks on the actor's loop.
+        instrument: whether each call runs inside a telemetry span.
     """
 
     method: Callable[..., Any]
     propagate: Propagator = None
     explicit_response_port: bool = False
     concurrent: bool = False
+    instrument: bool = False
 
     @property
     def name(self) -> str:
@@ -150,7 +160,10 @@ def endpoint(
         explicit_response_port: the method gets a ``Port`` as its first
             argument (after ``self``) and answers by sending to it; it may
             return before it answers.
-        instrument: accepted for compatibility with Monarch; ignored.
+        instrument: run each call inside a telemetry span named after the
+            method, with the actor's identity as attributes (see
+            ``traced``); it costs one check per call until the process has
+            a tracer provider.
 
     Returns:
         The ``EndpointProperty`` that replaces the method; with ``method=None``,
@@ -166,6 +179,10 @@ def endpoint(
             raise ValueError(f"{fn.name} is already an endpoint: use one endpoint decorator")
         if not callable(fn):
             raise TypeError(f"@endpoint decorates a method, not {type(fn).__name__}")
+        if instrument:
+            return EndpointProperty(
+                instrumented(fn), propagate, explicit_response_port, instrument=True
+            )
         return EndpointProperty(fn, propagate, explicit_response_port)
 
     return wrap if method is None else wrap(method)
@@ -189,7 +206,8 @@ def concurrent_endpoint(
             method returns (distributed tensors).
         explicit_response_port: the method gets a ``Port`` as its first
             argument (after ``self``) and answers by sending to it.
-        instrument: accepted for compatibility with Monarch; ignored.
+        instrument: run each call inside a telemetry span named after the
+            method, as for ``endpoint``.
 
     Returns:
         The ``EndpointProperty`` that replaces the method; with ``method=None``,
@@ -207,7 +225,11 @@ def concurrent_endpoint(
             )
         if not inspect.iscoroutinefunction(fn):
             raise ValueError(f"@concurrent_endpoint needs an async def method, got {fn!r}")
-        return EndpointProperty(fn, propagate, explicit_response_port, concurrent=True)
+        if instrument:
+            fn = instrumented(fn)
+        return EndpointProperty(
+            fn, propagate, explicit_response_port, concurrent=True, instrument=instrument
+        )
 
     return wrap if method is None else wrap(method)
 
@@ -249,24 +271,3 @@ def check_actor_class(cls: object) -> bool:
             if fn is not None and inspect.iscoroutinefunction(fn):
                 raise ValueError(f"{cls.__qualname__} is a sync actor: its {hook} must be a def")
     return is_async
-
-
-_importable: dict[str, bool] = {}
-
-
-def pickle_by_value_if_unimportable(cls: type) -> None:
-    """Procs import an actor class by its module's name, on the controller's
-    ``sys.path``. A module the controller loaded from a file that no entry
-    of ``sys.path`` reaches (a pytest test module run from another folder)
-    cannot be imported that way: such a module travels by value instead."""
-    name = cls.__module__
-    if name == "__main__" or name in _importable:
-        return  # __main__ always travels by value
-    top = name.partition(".")[0]
-    found = top in sys.builtin_module_names or (
-        importlib.machinery.PathFinder.find_spec(top, sys.path) is not None
-    )
-    _importable[name] = found
-    module = sys.modules.get(name)
-    if not found and module is not None:
-        cloudpickle.register_pickle_by_value(module)

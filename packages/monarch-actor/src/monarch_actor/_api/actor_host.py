@@ -36,6 +36,7 @@ from .._core.wire import Key, Op, port_header
 from .._procs.table import ProcTables
 from .._supervision.supervise import Supervision
 from .actor import EndpointProperty, endpoints_of
+from .actor_stats import ActorStats
 from .context import Context, Instance
 from .local_actors import LocalActors
 from .mesh import ProcMesh
@@ -81,6 +82,7 @@ class ActorHost:
         self.requested: tuple[str, str] | None = None  # ("stop" | "abort", reason)
         self.cleaned = False  # __cleanup__ ran (it runs once, on stop or on failure)
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.stats = ActorStats()
         if self.is_async:
             self.loop = new_event_loop()
             self.mailbox: asyncio.Queue[Any] = asyncio.Queue()
@@ -189,6 +191,7 @@ class ActorHost:
             self._fail(f"__init__ of {self.name} raised:\n{remote_traceback(error)}", error)
             self._answer(header, _failure(self.name, "__init__", error), failed=True)
         else:
+            self.stats.note("started")
             emit(ActorStarted(repr(self.me), self.key, self.rank.rank))
             self._answer(header, None)
         finally:
@@ -236,14 +239,19 @@ class ActorHost:
         if ep.is_async:
             return self._call_async(header, ep, ctx, args, kwargs, keep)
         token = set_current(ctx)
+        stats = self.stats
+        started = stats.begin(ep.name)
+        failed = False
         try:
             result = ep.method(self.instance, *args, **kwargs)
         except Exception as error:
+            failed = True
             if keep is not None:  # the error stays with the results, as their values would
                 _kept(keep, error)
             else:
                 self._raised(header, ep, error)
         except BaseException as error:  # a panic: the actor cannot go on
+            failed = True
             self._fail(
                 f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}",
                 error,
@@ -258,6 +266,7 @@ class ActorHost:
                 self._answer(header, result)
         finally:
             reset_current(token)
+            stats.end(ep.name, started, failed)
         return self._after_message()
 
     async def _call_async(
@@ -271,8 +280,12 @@ class ActorHost:
     ) -> Any:
         async def run() -> None:
             token = set_current(ctx)
+            stats = self.stats
+            started = stats.begin(ep.name)
+            failed = True  # until the body returns
             try:
                 result = await ep.method(self.instance, *args, **kwargs)
+                failed = False
             except Exception as error:
                 if keep is not None:
                     _kept(keep, error)
@@ -292,6 +305,7 @@ class ActorHost:
                     self._answer(header, result)
             finally:
                 reset_current(token)
+                stats.end(ep.name, started, failed)
 
         if ep.concurrent:
             task = asyncio.get_running_loop().create_task(run())
@@ -318,6 +332,7 @@ class ActorHost:
 
         def finish() -> Any:
             self.stopped = reason
+            self.stats.note("stopped", reason)
             emit(ActorStopped(repr(self.me), self.key, self.rank.rank, reason))
             if header is not None:
                 self._answer(header, None)
@@ -449,6 +464,7 @@ class ActorHost:
         if self.failure is not None or self.stopped is not None:
             return
         self.failure = reason
+        self.stats.note("failed", reason.splitlines()[0] if reason else "")
         emit(ActorFailed(repr(self.me) if self.me else self.name, self.key, self.rank.rank, reason))
         self._report(reason, cause)
         exc = error if error is not None else SupervisionError(reason)

@@ -29,7 +29,7 @@ from .._procs.logs import configure_streaming
 from .._procs.remote import RemoteAgent
 from .._procs.table import ProcTable, table_for
 from .._supervision.supervise import Supervision
-from .actor import EndpointProperty, check_actor_class, pickle_by_value_if_unimportable
+from .actor import EndpointProperty, check_actor_class
 from .endpoint import ActorEndpoint
 from .mesh_ops import MeshOps
 from .proc_control import (
@@ -300,7 +300,6 @@ class ProcMesh(MeshOps):
             mesh._started = concurrent.futures.Future()
             mesh._started.set_exception(mesh._refused)
             return mesh  # type: ignore[return-value]
-        pickle_by_value_if_unimportable(Class)
         frames = encode((Class, args, kwargs, {"proc_mesh": self._known()}))
         owner = supervision.adopt(mesh, "actor")
         header = {

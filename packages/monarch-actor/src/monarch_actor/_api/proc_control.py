@@ -22,6 +22,7 @@ from .._core.future import Future
 from .._core.gather import Gather
 from .._core.lifecycle import ProcExited, emit
 from .._core.process import get_runtime, maybe_runtime
+from .._core.progress import progress, shows_progress
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
@@ -59,6 +60,17 @@ def host_agent() -> HostAgent:
     return local_agent(lambda *exit: proc_exited(runtime, *exit), PROC_ENTRY)
 
 
+LARGE_MESH = 16  # procs: a mesh this large shows its start on the terminal
+
+
+def _show_start(table: ProcTable) -> None:
+    """A progress line while a large mesh's processes start (they report in
+    on the loop; this only looks)."""
+    with progress(f"starting proc mesh {table.name!r}", total=table.size) as line:
+        while not table.ready_event.wait(0.1) and table.failure is None:
+            line.update(completed=sum(a is not None for a in table.addresses))
+
+
 def start_procs(
     hosts: list[Any],
     table: ProcTable,
@@ -73,6 +85,8 @@ def start_procs(
     table.owned = True
     table.hostname = socket.gethostname()
     runtime.get(ProcTables)[table.id] = table
+    if table.size >= LARGE_MESH and shows_progress():
+        threading.Thread(target=_show_start, args=(table,), daemon=True).start()
     beat_every = Supervision.of(runtime).monitor.interval
     local = 1
     for value in per_host.values():

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 from typing import Final
 
-from monarch_config import Duration, Int, Text, declare
+from monarch_config import Bool, Choice, Duration, Int, Text, declare
 from monarch_supervision import DEFAULT_HEARTBEAT_DEADLINE
 
 __all__ = [
     "PRELOAD",
+    "PROGRESS",
     "attach_timeout",
     "cast_fanout",
     "cleanup_timeout",
+    "debug_server_address",
     "heartbeat_deadline",
     "host_deadline",
     "order_gap_wait",
+    "otel_metrics",
+    "otel_tracing",
 ]
 
 _OWNER: Final = "monarch-actor"
@@ -71,6 +75,27 @@ _ORDER_GAP_WAIT = declare(
     "the same actor (only a message lost with a forwarding process goes missing).",
     owner=_OWNER,
 )
+_OTEL_TRACING = declare(
+    "otel_tracing",
+    Bool(),
+    False,
+    env="ENABLE_OTEL_TRACING",
+    doc="Export the spans of `traced`, `span` and instrumented endpoints: each process "
+    "(the controller and every proc) sets up OpenTelemetry's SDK with an OTLP exporter, "
+    "sending to `OTEL_EXPORTER_OTLP_ENDPOINT` (needs `monarch-actor[otel]`; global "
+    "providers the program set itself are left alone).",
+    owner=_OWNER,
+)
+_OTEL_METRICS = declare(
+    "otel_metrics",
+    Bool(),
+    False,
+    env="ENABLE_OTEL_METRICS",
+    doc="Export the metrics of `get_meter()`: each process sets up OpenTelemetry's SDK "
+    "with a periodic OTLP exporter, sending to `OTEL_EXPORTER_OTLP_ENDPOINT` every "
+    "`OTEL_METRIC_EXPORT_INTERVAL` milliseconds (needs `monarch-actor[otel]`).",
+    owner=_OWNER,
+)
 PRELOAD = declare(
     "preload",
     Text(what="module names, comma-separated; auto; none"),
@@ -79,6 +104,36 @@ PRELOAD = declare(
     doc="Modules each host's fork server imports before forking procs, so every "
     "proc starts with them: `auto` is torch when the script has imported it, "
     "`none` is nothing.",
+    owner=_OWNER,
+)
+
+PROGRESS = declare(
+    "progress",
+    Choice(choices=("auto", "always", "never")),
+    "auto",
+    env="MONARCH_PROGRESS",
+    doc="Progress lines for long waits (a large mesh starting, a job in a scheduler's "
+    "queue, a large RDMA transfer): `auto` shows them when standard error is a terminal.",
+    owner=_OWNER,
+)
+
+_DEBUG_SERVER_HOST = declare(
+    "debug_server_host",
+    Text(),
+    "localhost",
+    env="MONARCH_DEBUG_SERVER_HOST",
+    doc="Where the controller's debug server listens for `monarch debug` (it serves the "
+    "pdb sessions `breakpoint()` opens in actors). A host beyond the loopback interface "
+    "makes clients prove the job's secret (`MONARCH_JOB_SECRET`).",
+    owner=_OWNER,
+)
+_DEBUG_SERVER_PORT = declare(
+    "debug_server_port",
+    Int(minimum=0),
+    27000,
+    env="MONARCH_DEBUG_SERVER_PORT",
+    doc="The debug server's TCP port (0: one the system picks; "
+    "`debug_controller().server_address` tells which).",
     owner=_OWNER,
 )
 
@@ -112,3 +167,18 @@ def order_gap_wait() -> float:
     """Seconds a missing message may hold up later ones from the same sender
     to the same actor."""
     return _ORDER_GAP_WAIT.get()
+
+
+def otel_tracing() -> bool:
+    """Whether this process exports spans through OpenTelemetry's SDK."""
+    return _OTEL_TRACING.get()
+
+
+def otel_metrics() -> bool:
+    """Whether this process exports metrics through OpenTelemetry's SDK."""
+    return _OTEL_METRICS.get()
+
+
+def debug_server_address() -> tuple[str, int]:
+    """Where the controller's debug server listens: (host, port)."""
+    return _DEBUG_SERVER_HOST.get(), _DEBUG_SERVER_PORT.get()

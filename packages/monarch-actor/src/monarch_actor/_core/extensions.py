@@ -27,6 +27,8 @@ _PROVIDERS = {
     "activate": ("ProcMesh.activate() (distributed tensors)", "monarch-tensor"),
     "rref": ("the rref() adverb (distributed tensors)", "monarch-tensor"),
     "keep": ("results of rref() calls (distributed tensors)", "monarch-tensor"),
+    "admin": ("the mesh admin server (enable_admin)", "monarch-admin"),
+    "dashboard": ("the dashboard (enable_telemetry(include_dashboard=True))", "monarch-admin"),
 }
 
 # (mesh, args, kwargs) -> (args, kwargs), applied to every endpoint call's arguments

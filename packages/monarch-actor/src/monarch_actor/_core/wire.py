@@ -35,6 +35,7 @@ class Kind(StrEnum):
     HOST = "w"  # a controller asks a worker's host agent (spawn, kill, stop, shutdown)
     HOST_EVENT = "e"  # a worker tells its controller (spawned, exited, alive, stopped)
     SKIP = "z"  # a sender's numbered message for an actor here will never come (see ordering)
+    INSPECT = "i"  # what is this process doing (its actors, stacks, a ping), for the mesh admin
 
 
 class Op(StrEnum):

@@ -1,5 +1,7 @@
 """``monarch.actor``: actors, endpoints, meshes and messaging, as in Monarch."""
 
+import sys
+
 from monarch_actor import (
     Accumulator,
     Actor,
@@ -20,24 +22,33 @@ from monarch_actor import (
     as_endpoint,
     attach_to_workers,
     concurrent_endpoint,
+    config,
     context,
     current_actor_name,
     current_rank,
     current_size,
+    debug_controller,
     endpoint,
+    get_meter,
     get_or_spawn_controller,
     returns_future,
     run_worker_loop_forever,
     run_worker_loop_until_shutdown,
     send,
     shutdown_context,
+    span,
     start_worker_loop_forever,
     this_host,
     this_proc,
+    traced,
     unhandled_fault_hook,
 )
 from monarch_launcher import hosts_from_config
 from monarch_transport import ChannelTransport, enable_transport
+
+# `import monarch.actor.config` finds the runtime's own module: setting its
+# attributes is what the runtime reads
+sys.modules[f"{__name__}.config"] = config
 
 __all__ = [
     "Accumulator",
@@ -60,12 +71,15 @@ __all__ = [
     "as_endpoint",
     "attach_to_workers",
     "concurrent_endpoint",
+    "config",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
+    "debug_controller",
     "enable_transport",
     "endpoint",
+    "get_meter",
     "get_or_spawn_controller",
     "hosts_from_config",
     "returns_future",
@@ -73,8 +87,10 @@ __all__ = [
     "run_worker_loop_until_shutdown",
     "send",
     "shutdown_context",
+    "span",
     "start_worker_loop_forever",
     "this_host",
     "this_proc",
+    "traced",
     "unhandled_fault_hook",
 ]

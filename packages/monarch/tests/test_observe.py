@@ -1,0 +1,44 @@
+"""A job starts the mesh admin server and the dashboard when asked, as in Monarch."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+from monarch.job import LocalJob, MeshAdminConfig, TelemetryConfig
+from monarch_admin import disable_admin
+
+
+@pytest.fixture(autouse=True)
+def _no_server_left():
+    yield
+    disable_admin()
+
+
+def test_enable_admin_starts_the_server_with_the_jobs_state(capsys) -> None:
+    job = LocalJob(("hosts",)).enable_admin(admin_addr="127.0.0.1:0")
+    assert capsys.readouterr().out == ""  # nothing starts before state()
+    state = job.state(cached_path=None)
+    printed = capsys.readouterr().out
+    url = re.fullmatch(r"Mesh admin server listening on (http://127\.0\.0\.1:\d+)\n", printed)
+    assert url, printed
+    procs = state.hosts.spawn_procs(per_host={"gpus": 2})
+    procs.initialized.get(timeout=60)
+    with urllib.request.urlopen(f"{url.group(1)}/v1/topology", timeout=30) as answer:
+        assert json.loads(answer.read())["summary"]["procs"] == 2
+    procs.stop().get(timeout=60)
+
+
+def test_enable_telemetry_with_the_dashboard_prints_its_address(capsys) -> None:
+    job = LocalJob(("hosts",)).enable_telemetry(
+        TelemetryConfig(include_dashboard=True, dashboard_port=0),
+        mesh_admin_config=MeshAdminConfig(admin_addr="127.0.0.1:0"),
+    )
+    job.state(cached_path=None)
+    printed = capsys.readouterr().out
+    assert re.search(r"^Monarch Dashboard: http://127\.0\.0\.1:\d+$", printed, re.M), printed
+    with pytest.raises(TypeError):
+        LocalJob().enable_telemetry(include_dashbord=True)

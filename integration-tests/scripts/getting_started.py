@@ -1,12 +1,18 @@
-"""The actor parts of Monarch's getting-started tutorial, in our own words:
-a counter mesh, slicing, a trainer that finds its data loader by rank, an
+"""Monarch's getting-started tutorial to its end, in our own words: a
+counter mesh, slicing, a trainer that finds its data loader by rank, an
 inference engine answering out of order through an explicit response port,
-and a channel. Runs unchanged on Monarch (torchmonarch) and on this project."""
+a channel, many hosts, and distributed tensors (activation, fetch_shard, a
+shard as an endpoint argument, rref, remote functions, send to a port).
+Runs unchanged on Monarch (torchmonarch) and on this project."""
 
 import asyncio
+import os
 import threading
 import time
 
+import torch
+
+from monarch import fetch_shard, remote
 from monarch.actor import (
     Actor,
     ActorError,
@@ -16,6 +22,7 @@ from monarch.actor import (
     context,
     current_rank,
     endpoint,
+    send,
     this_host,
     this_proc,
 )
@@ -142,6 +149,56 @@ trainer_procs = hosts.spawn_procs(per_host={"gpus": 4})
 steps = trainer_procs.spawn("trainer", HostTrainer).step.call().get()
 assert len(list(steps.values())) == 8 and all("taking a step" in s for s in steps.values())
 asyncio.run(trainer_procs.logging_option(stream_to_client=True, aggregate_window_sec=3))
+
+# Distributed tensors: torch on every process of the mesh, driven from here
+with trainer_procs.activate():
+    t = torch.rand(3, 4)  # each process draws its own
+first, second = fetch_shard(t, hosts=0, gpus=0).get(), fetch_shard(t, hosts=0, gpus=1).get()
+assert first.shape == (3, 4) and not torch.equal(first, second)
+
+with trainer_procs.activate():
+    gram = t @ t.T
+assert torch.allclose(fetch_shard(gram, hosts=0, gpus=0).get(), first @ first.T)
+
+
+class ShardTrainer(Actor):
+    @endpoint
+    def step(self, row: torch.Tensor) -> tuple[int, ...]:
+        return tuple(row.shape)  # the shard of this process
+
+
+shard_trainers = trainer_procs.spawn("shard_trainers", ShardTrainer)
+assert set(shard_trainers.step.call(gram[0]).get().values()) == {(3,)}
+
+
+class Linear(Actor):
+    def __init__(self) -> None:
+        self.w = torch.ones(4, 2)
+
+    @endpoint(propagate=lambda x: torch.empty(x.shape[0], 2))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w
+
+
+linear = trainer_procs.spawn("linear", Linear)
+out = torch.relu(linear.forward.rref(t))  # a distributed tensor, made by the actors
+assert torch.allclose(fetch_shard(out, hosts=0, gpus=0).get(), torch.relu(first @ torch.ones(4, 2)))
+
+
+@remote
+def process_id() -> int:
+    return os.getpid()
+
+
+with trainer_procs.activate():
+    pids = process_id.call().get()
+assert len(set(pids.values())) == 8
+
+answers, replies = Channel.open()
+with trainer_procs.activate():
+    send(process_id, args=(), kwargs={}, port=answers)
+assert {replies.recv().get() for _ in range(8)} == set(pids.values())
+
 trainer_procs.stop().get()
 
 procs.stop().get()

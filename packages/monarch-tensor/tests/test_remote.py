@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from monarch_actor import Actor, endpoint, this_host
+from monarch_actor import Actor, Channel, endpoint, send, this_host
 from monarch_tensor import (
     RemoteTensorError,
     Tensor,
@@ -164,10 +164,29 @@ def test_rref_keeps_actor_results_on_the_processes(procs):
         fetch_shard(failed).get(timeout=60)
 
 
+def test_rref_outside_activation_uses_the_mesh_of_its_tensors(procs):
+    keeper = procs.spawn("keeper3", Keeper)
+    with procs.activate():
+        x = torch.rand(3)
+    out = torch.relu(keeper.scale.rref(x) - 5)  # as Monarch's getting-started tour does
+    for g, x_g in enumerate(shards(x)):
+        assert torch.allclose(fetch_shard(out, gpus=g).get(), torch.relu(x_g * 10 - 5))
+    ones = keeper.scale.rref(torch.ones(2))  # no distributed tensor: the actors' processes
+    assert torch.equal(fetch_shard(ones, gpus=1).get(), torch.full((2,), 10.0))
+
+
+def test_send_runs_a_remote_function_and_its_replies_go_to_a_port(procs):
+    port, receiver = Channel.open()
+    with procs.activate():
+        send(remote(os.getpid), args=(), kwargs={}, port=port)
+    pids = {receiver.recv().get(timeout=60) for _ in range(2)}
+    assert len(pids) == 2 and os.getpid() not in pids
+    with pytest.raises(TypeError, match="send\\(\\) takes an endpoint"):
+        send(os.getpid, args=(), kwargs={})
+
+
 def test_rref_errors_say_what_to_do(procs):
     keeper = procs.spawn("keeper2", Keeper)
-    with pytest.raises(TypeError, match="needs an active mesh"):
-        keeper.scale.rref(torch.ones(2))
     with procs.activate():
         with pytest.raises(ValueError, match="propagate="):
             keeper.plain.rref(torch.ones(2))

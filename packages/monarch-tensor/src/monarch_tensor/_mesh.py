@@ -36,7 +36,7 @@ from ._tensor import (
 )
 from ._worker import REDUCTIONS, GroupRef, TensorPeer, TensorWorker
 
-__all__ = ["DeviceMesh", "activate", "coalescing"]
+__all__ = ["DeviceMesh", "activate", "activation", "coalescing", "device_mesh"]
 
 BATCH_MAX = 512  # commands: a longer run of operations leaves at once
 BATCH_DELAY = 0.002  # seconds a short run waits for more before it leaves
@@ -71,7 +71,7 @@ class DeviceMesh(MeshOps):
         self._worker(MAIN.name)
 
     def _new_with_shape(self, shape: Shape) -> DeviceMesh:
-        return _device_mesh(self._procs._new_with_shape(shape))
+        return device_mesh(self._procs._new_with_shape(shape))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -80,7 +80,7 @@ class DeviceMesh(MeshOps):
 
     def activate(self) -> contextlib.AbstractContextManager[DeviceMesh]:
         """Make this mesh the active one for the ``with`` block."""
-        return _activation(self)
+        return activation(self)
 
     def rank(self, dims: str | Sequence[str]) -> Tensor:
         """A distributed scalar: each process's index along ``dims``.
@@ -274,7 +274,7 @@ class DeviceMesh(MeshOps):
         self, tensor: Tensor, coords: dict[str, int], mesh: Any, stream: Stream | None
     ) -> Tensor:
         if isinstance(mesh, ProcMesh):
-            mesh = _device_mesh(mesh)
+            mesh = device_mesh(mesh)
         if not isinstance(mesh, DeviceMesh):
             raise TypeError(f"to_mesh() takes a DeviceMesh, got {type(mesh).__name__}")
         _checked(tensor, "to_mesh", False)
@@ -350,7 +350,7 @@ _meshes: dict[tuple[Any, ...], DeviceMesh] = {}
 _meshes_lock = threading.Lock()
 
 
-def _device_mesh(procs: ProcMesh) -> DeviceMesh:
+def device_mesh(procs: ProcMesh) -> DeviceMesh:
     """The one device mesh of these processes so arranged."""
     shape = procs._shape
     key = (procs._table.id, tuple(shape.labels), tuple(shape.extent.sizes), tuple(shape.ndslice))
@@ -363,11 +363,12 @@ def _device_mesh(procs: ProcMesh) -> DeviceMesh:
 
 def activate(procs: ProcMesh) -> contextlib.AbstractContextManager[DeviceMesh]:
     """``ProcMesh.activate()`` (the ``monarch.extensions`` hook)."""
-    return _activation(_device_mesh(procs))
+    return activation(device_mesh(procs))
 
 
 @contextlib.contextmanager
-def _activation(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
+def activation(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
+    """Make ``mesh`` the active one for a ``with`` block."""
     meshes.append(mesh)
     try:
         with Mode():

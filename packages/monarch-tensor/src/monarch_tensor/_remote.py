@@ -19,7 +19,7 @@ from monarch_actor.extension import transform_arguments
 
 from ._active import meshes, suspended
 from ._fetch import coordinates
-from ._mesh import DeviceMesh
+from ._mesh import DeviceMesh, activation, device_mesh
 from ._table import Shard
 from ._tensor import (
     Prepared,
@@ -163,6 +163,12 @@ class Remote:
         results: Iterator[Future[Any]] = endpoint.stream(self._op, *prepared.sent)
         return results
 
+    def _send_target(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """What ``monarch.actor.send(this, args, kwargs, port)`` sends: the
+        workers' endpoint, with this function and its arguments."""
+        endpoint, prepared = self._endpoint("send", args, kwargs)
+        return endpoint, (self._op, *prepared.sent), {}
+
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Run on every process, for its effect."""
         endpoint, prepared = self._endpoint("broadcast", args, kwargs)
@@ -234,8 +240,15 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The ``rref`` extension: call an actor endpoint on every process of the
     active mesh; each actor's result stays on its process as its shard."""
     name = f"{endpoint!r}.rref()"
-    if not meshes or suspended():
+    if suspended():
         raise incorrect(f"{name} needs an active mesh (`with proc_mesh.activate():`)")
+    if not meshes:
+        # as in Monarch, no activation is needed: the mesh of the distributed
+        # tensors passed, else that of the actors' processes
+        passed = [x.mesh for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, Tensor)]
+        mesh = passed[0] if passed else device_mesh(endpoint._mesh._procs)
+        with activation(mesh):
+            return rref(endpoint, args, kwargs)
     propagate = endpoint.propagate
     if not (callable(propagate) or propagate == "inspect"):
         raise ValueError(

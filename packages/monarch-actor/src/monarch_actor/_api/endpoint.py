@@ -199,7 +199,8 @@ def send(
     goes to ``port``.
 
     Args:
-        endpoint: the endpoint of an actor mesh (``mesh.method``).
+        endpoint: the endpoint of an actor mesh (``mesh.method``), or a
+            remote function under an active mesh (``monarch.remote``).
         args: the positional arguments of the call.
         kwargs: the keyword arguments of the call.
         port: where each reply is sent; with ``None`` replies are dropped.
@@ -212,7 +213,13 @@ def send(
         ValueError: ``selection`` is neither ``"all"`` nor ``"choose"``.
     """
     if not isinstance(endpoint, ActorEndpoint):
-        raise TypeError(f"send() takes an endpoint of an actor mesh, got {type(endpoint).__name__}")
+        # what stands for an endpoint (a remote function under an active mesh) names it
+        target = getattr(endpoint, "_send_target", None)
+        if target is None:
+            raise TypeError(
+                f"send() takes an endpoint of an actor mesh, got {type(endpoint).__name__}"
+            )
+        endpoint, args, kwargs = target(tuple(args), dict(kwargs))
     if selection not in ("all", "choose"):
         raise ValueError(f"selection must be 'all' or 'choose', got {selection!r}")
     shape = endpoint._mesh._shape

@@ -246,8 +246,8 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # as in Monarch, no activation is needed: the mesh of the distributed
         # tensors passed, else that of the actors' processes
         passed = [x.mesh for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, Tensor)]
-        mesh = passed[0] if passed else device_mesh(endpoint._mesh._procs)
-        with activation(mesh):
+        implied = passed[0] if passed else device_mesh(endpoint._mesh._procs)
+        with activation(implied):
             return rref(endpoint, args, kwargs)
     propagate = endpoint.propagate
     if not (callable(propagate) or propagate == "inspect"):

@@ -80,11 +80,15 @@ class Job(NamedTuple):
     loaders: ActorMesh[Loader]
 
 
+# names of this test's own: the session's controller may run other tests' meshes too
+MESH, TRAINERS, LOADERS = "dashboard-test", "dash_trainers", "dash_loaders"
+
+
 @pytest.fixture
 def job() -> Iterator[Job]:
-    procs = this_host().spawn_procs(per_host={"gpus": 2})
-    trainers = procs.spawn("trainers", Trainer)
-    loaders = procs.spawn("loaders", Loader)
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, name=MESH)
+    trainers = procs.spawn(TRAINERS, Trainer)
+    loaders = procs.spawn(LOADERS, Loader)
     for n in range(3):
         trainers.step.call(n).get(timeout=30)
     loaders.load.call().get(timeout=30)
@@ -191,20 +195,20 @@ def test_the_page_shows_the_job_and_an_actor_failing_with_its_reason(
     # overview: the counts, each actor with its counters, and the activity plot
     shown = until(
         browser,
-        lambda d: len(rows_of(d, "trainers")) == 2 and rows_of(d, "trainers"),
+        lambda d: len(rows_of(d, TRAINERS)) == 2 and rows_of(d, TRAINERS),
         "the two trainers in the actors table",
     )
     for rank in (0, 1):
-        row = shown[f"trainers[{rank}]"]
+        row = shown[f"{TRAINERS}[{rank}]"]
         assert row[1:3] == ["Trainer", "idle"], row
         assert row[3] == "3" and row[7] == "step", row  # messages, last handler
         assert row[9] == socket.gethostname(), row
-    assert sorted(rows_of(browser, "loaders")) == ["loaders[0]", "loaders[1]"]
-    assert text_of(browser, "#card-actors .value") == "4"
-    assert text_of(browser, "#card-procs .value") == "2"
+    assert sorted(rows_of(browser, LOADERS)) == [f"{LOADERS}[0]", f"{LOADERS}[1]"]
+    assert int(text_of(browser, "#card-actors .value")) >= 4
+    assert int(text_of(browser, "#card-procs .value")) >= 2
     assert text_of(browser, "#card-hosts .value") == "1"
-    assert text_of(browser, "#card-failed .value") == "0"
-    assert "No failures" in text_of(browser, "#failures")
+    failed_before = int(text_of(browser, "#card-failed .value"))
+    assert TRAINERS not in text_of(browser, "#failures")
     until(
         browser,
         lambda d: d.find_elements(By.CSS_SELECTOR, "#chart path.line"),
@@ -213,16 +217,16 @@ def test_the_page_shows_the_job_and_an_actor_failing_with_its_reason(
 
     # the graph: controller, the proc mesh, both procs in this host's band, their actors
     click(browser, "nav [data-tab=topology]")
+    ours = {f"{TRAINERS}[0]", f"{TRAINERS}[1]", f"{LOADERS}[0]", f"{LOADERS}[1]"}
     actors = until(
         browser,
-        lambda d: len(graph_nodes(d, "actor")) == 4 and graph_nodes(d, "actor"),
+        lambda d: ours <= set(graph_nodes(d, "actor")) and graph_nodes(d, "actor"),
         "the four actors in the graph",
     )
-    assert set(actors) == {"trainers[0]", "trainers[1]", "loaders[0]", "loaders[1]"}
-    assert not any(node["failed"] for node in actors.values())
-    assert set(graph_nodes(browser, "proc")) == {"proc anon[0]", "proc anon[1]"}
+    assert not any(actors[name]["failed"] for name in ours)
+    assert {f"proc {MESH}[0]", f"proc {MESH}[1]"} <= set(graph_nodes(browser, "proc"))
     assert len(graph_nodes(browser, "controller")) == 1
-    assert len(graph_nodes(browser, "mesh")) == 1
+    assert any(MESH in text for text in graph_nodes(browser, "mesh"))
     bands = browser.execute_script(
         "return [...document.querySelectorAll('#graph .band')].map(b => b.dataset.host)"
     )
@@ -233,32 +237,32 @@ def test_the_page_shows_the_job_and_an_actor_failing_with_its_reason(
 
     def failed_in_graph(d: WebDriver) -> bool:
         nodes = graph_nodes(d, "actor")
-        return all(nodes[f"trainers[{r}]"]["failed"] for r in (0, 1))
+        return all(nodes[f"{TRAINERS}[{r}]"]["failed"] for r in (0, 1))
 
     until(browser, failed_in_graph, "both trainers red in the graph")
-    assert not graph_nodes(browser, "actor")["loaders[0]"]["failed"]
+    assert not graph_nodes(browser, "actor")[f"{LOADERS}[0]"]["failed"]
 
     # ... failed with its reason in the overview
     click(browser, "nav [data-tab=overview]")
 
     def failed_in_table(d: WebDriver) -> bool:
-        shown = rows_of(d, "trainers")
+        shown = rows_of(d, TRAINERS)
         return all(row[2].startswith("failed") for row in shown.values()) and len(shown) == 2
 
     until(browser, failed_in_table, "both trainers failed in the actors table")
-    assert "trainer exploded on purpose" in rows_of(browser, "trainers")["trainers[0]"][2]
+    assert "trainer exploded on purpose" in rows_of(browser, TRAINERS)[f"{TRAINERS}[0]"][2]
     listed = until(
         browser,
         lambda d: (t := text_of(d, "#failures")).count("trainer exploded on purpose") == 2 and t,
         "both failures with their reason",
     )
-    assert "trainers[0] (Trainer)" in listed and "trainers[1] (Trainer)" in listed
+    assert f"{TRAINERS}[0] (Trainer)" in listed and f"{TRAINERS}[1] (Trainer)" in listed
     assert "RuntimeError" in listed
-    assert text_of(browser, "#card-failed .value") == "2"
+    assert int(text_of(browser, "#card-failed .value")) == failed_before + 2
     assert text_of(browser, "#conn") == "live"
 
     # the explorer: an actor's details and its recent events, then its process
-    click(browser, "#actors tr[data-id$='/1'].s-failed")
+    click(browser, f"#actors tr[data-id^='actor:{TRAINERS}-'][data-id$='/1'].s-failed")
     detail = until(
         browser,
         lambda d: (
@@ -269,12 +273,12 @@ def test_the_page_shows_the_job_and_an_actor_failing_with_its_reason(
         ),
         "the failed trainer's details and events",
     )
-    assert "trainers[1]" in detail and "Trainer" in detail
+    assert f"{TRAINERS}[1]" in detail and "Trainer" in detail
     assert "trainer exploded on purpose" in detail
     events = [row[1:3] for row in rows(browser, "detail .events")]
     assert ["failed", "explode"] in events and ["handled", "step"] in events, events
     assert events.index(["failed", "explode"]) < events.index(["handled", "step"])  # newest first
-    assert "anon[1]" in detail
+    assert f"{MESH}[1]" in detail
     click(browser, "#detail a.go[data-go^='proc:']")
     until(
         browser,
@@ -297,7 +301,7 @@ def test_the_page_says_when_the_server_cannot_be_reached(job: Job, browser: WebD
     server = enable_admin("127.0.0.1:0", quiet=True)
     try:
         browser.get(server.url)
-        until(browser, lambda d: len(rows_of(d, "trainers")) == 2, "the trainers")
+        until(browser, lambda d: len(rows_of(d, TRAINERS)) == 2, "the trainers")
         assert not browser.find_element(By.ID, "banner").is_displayed()
     finally:
         disable_admin()
@@ -310,7 +314,7 @@ def test_the_page_says_when_the_server_cannot_be_reached(job: Job, browser: WebD
     assert f"Cannot reach the mesh admin server at 127.0.0.1:{server.port}" in banner
     assert "Retrying every 2 s" in banner
     assert text_of(browser, "#conn") == "offline"
-    assert len(rows_of(browser, "trainers")) == 2  # the last data stays, dimmed
+    assert len(rows_of(browser, TRAINERS)) == 2  # the last data stays, dimmed
 
     # it keeps trying: a server on the same address again, and the page is live again
     again = enable_admin(f"127.0.0.1:{server.port}", quiet=True)
@@ -336,7 +340,7 @@ def test_off_loopback_the_page_forwards_its_token(job: Job, browser: WebDriver) 
         browser.get(f"{page}?token={admin_token()}")
         until(
             browser,
-            lambda d: len(rows_of(d, "trainers")) == 2,
+            lambda d: len(rows_of(d, TRAINERS)) == 2,
             "the trainers, from API calls that carry the token",
         )
         assert text_of(browser, "#conn") == "live"

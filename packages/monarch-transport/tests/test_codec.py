@@ -348,14 +348,20 @@ def test_received_buffers_are_used_in_place() -> None:
 # -- headers without unpickling ---------------------------------------------------------
 
 
-def test_header_readable_when_the_payload_cannot_be_unpickled() -> None:
-    module = types.ModuleType("codec_test_vanishing_module")
-    exec("class Gone:\n    pass\n", module.__dict__)
-    sys.modules[module.__name__] = module
+def test_header_readable_when_the_payload_cannot_be_unpickled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a module the sender imports from its sys.path (so it goes by reference),
+    # and the receiver cannot find
+    (tmp_path / "codec_test_vanishing_module.py").write_text("class Gone:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import codec_test_vanishing_module  # type: ignore[import-not-found]
+
     try:
-        frames = encode(module.Gone(), {"route": [1, 2]})
+        frames = encode(codec_test_vanishing_module.Gone(), {"route": [1, 2]})
     finally:
-        del sys.modules[module.__name__]
+        del sys.modules["codec_test_vanishing_module"]
+        monkeypatch.undo()
     assert decode_header(frames) == {"route": [1, 2]}
     with pytest.raises(DecodeError, match="codec_test_vanishing_module") as caught:
         decode(frames)

@@ -121,7 +121,11 @@ def test_a_failed_actor_is_shown_and_remembered(job, server, failures) -> None:
     _, workers = job
     workers.explode.broadcast()  # an endpoint raising in a broadcast fails the actor
     for _ in range(300):  # bounded: until the failure has been seen
-        listed = [f for f in get(f"{server.url}/v1/failures")["failures"] if MESH in f["proc"]]
+        listed = [
+            f
+            for f in get(f"{server.url}/v1/failures")["failures"]
+            if f["kind"] == "actor" and MESH in f["proc"]
+        ]
         if len(listed) == 2:
             break
         server.sample()

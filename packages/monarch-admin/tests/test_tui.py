@@ -252,6 +252,11 @@ async def until(pilot, condition: Callable[[], object], what: str, show: Callabl
     pytest.fail(f"timed out waiting for {what}; the UI shows:\n{show()}")
 
 
+async def until_tree(pilot, app, condition: Callable[[], object], what: str) -> None:
+    """``until``, showing the tree's labels when it times out."""
+    await until(pilot, condition, what, lambda: "\n".join(labels(app).values()))
+
+
 async def select(pilot, app, name: str) -> None:
     """Move the cursor with j until it is on the node labelled ``name``."""
     from textual.widgets import Tree
@@ -284,11 +289,11 @@ def test_tree_shows_hosts_procs_actors_and_the_selected_actor(job: Job) -> None:
     async def drive() -> None:
         app = tui_app(AdminClient(job.addr), refresh_ms=200)
         async with app.run_test(size=(150, 42)) as pilot:
-            await until(
+            await until_tree(
                 pilot,
+                app,
                 lambda: label_of(app, "fragile[0]") and "FAILED" in label_of(app, "fragile[0]"),
                 "the failed actor in the tree",
-                lambda: "\n".join(labels(app).values()),
             )
             found = labels(app)
             hosts = [label for key, label in found.items() if key.startswith("host:")]
@@ -353,20 +358,17 @@ def test_refresh_picks_up_new_messages(job: Job) -> None:
     async def drive() -> None:
         app = tui_app(AdminClient(job.addr), refresh_ms=200)
         async with app.run_test(size=(150, 42)) as pilot:
-            await until(
-                pilot,
-                lambda: messages_of(app, "counter[1]") >= 1,
-                "counter[1] in the tree",
-                lambda: "\n".join(labels(app).values()),
+            await until_tree(
+                pilot, app, lambda: messages_of(app, "counter[1]") >= 1, "counter[1] in the tree"
             )
             before = messages_of(app, "counter[1]")
             for _ in range(3):
                 job.command("call", "called")
-            await until(
+            await until_tree(
                 pilot,
+                app,
                 lambda: messages_of(app, "counter[1]") >= before + 3,
                 f"counter[1]'s messages to go from {before} to {before + 3}",
-                lambda: "\n".join(labels(app).values()),
             )
             await pilot.press("q")
 
@@ -377,12 +379,7 @@ def test_d_shows_every_process_probe_and_the_failures(job: Job) -> None:
     async def drive() -> None:
         app = tui_app(AdminClient(job.addr), refresh_ms=500)
         async with app.run_test(size=(150, 42)) as pilot:
-            await until(
-                pilot,
-                lambda: label_of(app, "fragile[0]"),
-                "the tree",
-                lambda: "\n".join(labels(app).values()),
-            )
+            await until_tree(pilot, app, lambda: label_of(app, "fragile[0]"), "the tree")
             await pilot.press("d")
             await until(
                 pilot,
@@ -409,12 +406,7 @@ def test_p_shows_the_stacks_of_the_selected_process(job: Job) -> None:
     async def drive() -> None:
         app = tui_app(AdminClient(job.addr), refresh_ms=500)
         async with app.run_test(size=(150, 42)) as pilot:
-            await until(
-                pilot,
-                lambda: label_of(app, "counter[0]"),
-                "the tree",
-                lambda: "\n".join(labels(app).values()),
-            )
+            await until_tree(pilot, app, lambda: label_of(app, "counter[0]"), "the tree")
             await select(pilot, app, "counter[0]")
             await pilot.press("p")
             await until(
@@ -438,12 +430,7 @@ def test_keys_toggle_system_collapse_expand_and_help(job: Job) -> None:
     async def drive() -> None:
         app = tui_app(AdminClient(job.addr), refresh_ms=200)
         async with app.run_test(size=(150, 42)) as pilot:
-            await until(
-                pilot,
-                lambda: label_of(app, "counter[0]"),
-                "the tree",
-                lambda: "\n".join(labels(app).values()),
-            )
+            await until_tree(pilot, app, lambda: label_of(app, "counter[0]"), "the tree")
             await pilot.press("s")
             assert label_of(app, "controller") is not None, labels(app)
             await pilot.press("s")
@@ -484,12 +471,7 @@ def test_the_ui_names_a_server_that_went_away(own_job: Job) -> None:
     async def drive() -> None:
         app = tui_app(AdminClient(gone.addr), refresh_ms=100)
         async with app.run_test(size=(150, 42)) as pilot:
-            await until(
-                pilot,
-                lambda: label_of(app, "counter[0]"),
-                "the tree",
-                lambda: "\n".join(labels(app).values()),
-            )
+            await until_tree(pilot, app, lambda: label_of(app, "counter[0]"), "the tree")
             gone.close()
             await until(
                 pilot,
@@ -542,11 +524,11 @@ def test_diagnose_fails_on_a_dead_process(own_job: Job) -> None:
     async def drive() -> None:
         app = tui_app(AdminClient(own_job.addr), refresh_ms=500)
         async with app.run_test(size=(150, 42)) as pilot:
-            await until(
+            await until_tree(
                 pilot,
+                app,
                 lambda: "exited" in (label_of(app, "workers[1]") or ""),
                 "the dead process in the tree",
-                lambda: "\n".join(labels(app).values()),
             )
             await pilot.press("d")
             await until(

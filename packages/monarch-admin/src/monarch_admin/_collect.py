@@ -5,9 +5,10 @@ each with its actors; probes of every process; a process's stacks."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from monarch_actor import Future
 from monarch_actor.extension import inspect_process, process_address
 
 __all__ = ["diagnostics", "is_down", "stacks", "topology"]
@@ -30,6 +31,11 @@ def _controller() -> str:
 def _ask(addresses: Iterable[str], what: str, timeout: float, **options: Any) -> dict[str, Any]:
     """Ask every process at once; the answer or the error, by address."""
     futures = {address: inspect_process(address, what, **options) for address in addresses}
+    return _wait(futures, timeout)
+
+
+def _wait(futures: dict[str, Future[Any]], timeout: float) -> dict[str, Any]:
+    """The answer or the error of each future, waiting ``timeout`` seconds in all."""
     answers: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
     for address, future in futures.items():
@@ -138,12 +144,12 @@ def diagnostics(*, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         RuntimeError: no actor runtime runs in this process.
     """
     found = topology(timeout=timeout)
-    nodes = []
+    nodes: list[dict[str, Any]] = []
+    live: list[str] = []
     for host in found["hosts"]:
         for process in host["procs"]:
-            address = process["address"]
             node: dict[str, Any] = {
-                "address": address,
+                "address": process["address"],
                 "host": host["host"],
                 "name": process.get("name") or f"{process.get('mesh')}[{process.get('rank')}]",
                 "mesh": process.get("mesh"),
@@ -152,14 +158,30 @@ def diagnostics(*, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
             if process.get("status") not in (None, "running"):
                 node.update(ok=False, latency_ms=None, error=f"process {process['status']}")
             else:
-                started = time.perf_counter()
-                answer = _ask([address], "ping", timeout)[address]
-                elapsed = (time.perf_counter() - started) * 1000
-                if "error" in answer:
-                    node.update(ok=False, latency_ms=None, error=answer["error"])
-                else:
-                    node.update(ok=True, latency_ms=round(elapsed, 3), error=None)
+                live.append(process["address"])
             nodes.append(node)
+    answered: dict[str, float] = {}  # each probe timed by its own answer, all sent at once
+    started = time.perf_counter()
+    probes = {address: inspect_process(address, "ping") for address in live}
+    def timer(address: str) -> Callable[[Future[Any]], None]:
+        def answered_now(_: Future[Any]) -> None:
+            answered.setdefault(address, time.perf_counter())
+
+        return answered_now
+
+    for address, probe in probes.items():
+        probe.add_done_callback(timer(address))
+    answers = _wait(probes, timeout)
+    for node in nodes:
+        answer = answers.get(node["address"]) if "ok" not in node else None
+        if answer is None:
+            continue
+        if "error" in answer:
+            node.update(ok=False, latency_ms=None, error=answer["error"])
+        else:
+            # the callback may run just after the waiter woke: then now is as close
+            latency = (answered.get(node["address"], time.perf_counter()) - started) * 1000
+            node.update(ok=True, latency_ms=round(latency, 3), error=None)
     return {"at": time.time(), "ok": all(n["ok"] for n in nodes), "nodes": nodes}
 
 

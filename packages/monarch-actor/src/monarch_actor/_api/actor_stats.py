@@ -32,7 +32,7 @@ class ActorStats:
         self.busy_seconds = 0.0
         self.last_handler = ""
         self.current = ""  # the endpoint running now ("" when idle)
-        self.current_since = 0.0
+        self.current_since = 0.0  # on the perf_counter clock
         self.started_at = time.time()
         self.events: collections.deque[tuple[float, str, str, float]] = collections.deque(
             maxlen=FLIGHT_RECORDER
@@ -41,8 +41,8 @@ class ActorStats:
     def begin(self, endpoint: str) -> float:
         """An endpoint starts; returns the clock reading ``end`` needs."""
         self.current = endpoint
-        self.current_since = time.time()
-        return time.perf_counter()
+        self.current_since = now = time.perf_counter()
+        return now
 
     def end(self, endpoint: str, started: float, failed: bool) -> None:
         """The endpoint ``begin`` announced returned (or raised, when ``failed``)."""
@@ -67,7 +67,9 @@ class ActorStats:
             "busy_seconds": round(self.busy_seconds, 6),
             "last_handler": self.last_handler,
             "current": self.current,
-            "current_for": round(time.time() - self.current_since, 3) if self.current else 0.0,
+            "current_for": (
+                round(time.perf_counter() - self.current_since, 3) if self.current else 0.0
+            ),
             "started_at": self.started_at,
         }
         if events:

@@ -359,7 +359,10 @@ def test_a_second_controller_process_reattaches_and_monarch_kill_ends_the_job(sl
     assert wait_left_queue(job_id) in GONE
     for found in mine.values():
         assert all(p.wait_exit(30) for p in found)
-    assert failures.wait(30) and "was lost" in failures[0].report()  # heard here too
+    assert failures.wait(30)  # heard here too, with how it ended: scancel's SIGTERM reaches
+    # the procs and their worker at once, so either a proc's own death or its host's comes first
+    report = failures[0].report()
+    assert "was lost" in report or "killed by SIGTERM" in report, report
     assert monarch(folder, "job", "status").returncode == 1  # the cache is gone
 
 

@@ -3,8 +3,6 @@ procs and in the controller, the OTLP export that the settings set up in each
 process, ``get_meter``, and the ``[actor=...]`` prefix of Python log records."""
 
 import functools
-import gzip
-import http.server
 import json
 import logging
 import os
@@ -12,13 +10,9 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 
 import pytest
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from otlp_receiver import Receiver
 from telemetry_actors import (
     AsyncTalker,
     AsyncTraced,
@@ -36,94 +30,11 @@ from monarch_actor._core.process import get_runtime
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-# -- an OTLP/HTTP receiver: what a collector would get ----------------------------------------
-
-
-def _value(any_value):
-    kind = any_value.WhichOneof("value")
-    return getattr(any_value, kind) if kind else None
-
-
-def _attributes(key_values):
-    return {kv.key: _value(kv.value) for kv in key_values}
-
-
-class Receiver:
-    """Takes OTLP/HTTP exports on a real socket and keeps what they carry."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict] = []
-        self.points: list[dict] = []
-        self.changed = threading.Condition()
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                receiver.take(self.path, body)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def take(self, path: str, body: bytes) -> None:
-        if path == "/v1/traces":
-            request = ExportTraceServiceRequest.FromString(body)
-            for resource_spans in request.resource_spans:
-                resource = _attributes(resource_spans.resource.attributes)
-                for scope in resource_spans.scope_spans:
-                    for s in scope.spans:
-                        self._add(
-                            self.spans,
-                            {
-                                "resource": resource,
-                                "scope": scope.scope.name,
-                                "name": s.name,
-                                "attributes": _attributes(s.attributes),
-                            },
-                        )
-        elif path == "/v1/metrics":
-            request = ExportMetricsServiceRequest.FromString(body)
-            for resource_metrics in request.resource_metrics:
-                resource = _attributes(resource_metrics.resource.attributes)
-                for scope in resource_metrics.scope_metrics:
-                    for metric in scope.metrics:
-                        for point in metric.sum.data_points:
-                            self._add(
-                                self.points,
-                                {
-                                    "resource": resource,
-                                    "name": metric.name,
-                                    "value": _value(point),
-                                    "attributes": _attributes(point.attributes),
-                                },
-                            )
-
-    def _add(self, where: list[dict], item: dict) -> None:
-        with self.changed:
-            where.append(item)
-            self.changed.notify_all()
-
-    def wait_for(self, predicate, timeout: float = 30.0) -> bool:
-        with self.changed:
-            return self.changed.wait_for(predicate, timeout)
-
-
 @pytest.fixture
 def otlp():
     receiver = Receiver()
     yield receiver
-    receiver.server.shutdown()
-    receiver.server.server_close()
+    receiver.close()
 
 
 # -- spans ------------------------------------------------------------------------------------
@@ -216,6 +127,14 @@ def test_the_settings_set_up_otlp_export_in_each_proc(otlp):
     assert work["scope"] == "monarch"
     assert work["resource"]["service.name"] == "monarch"
     assert work["attributes"]["monarch.actor.name"] == "exported"
+    # the endpoint's span, the user's span inside it and a traced function's inside that
+    # form one trace, each the parent of the next
+    by_id = {s["id"]: s for s in otlp.spans}
+    double = next(s for s in otlp.spans if s["name"] == "double")
+    inner = by_id[double["parent"]]
+    assert inner["name"] == "inner" and inner["attributes"]["x"] == 5
+    assert by_id[inner["parent"]]["name"] == "work"
+    assert len({s["trace_id"] for s in (double, inner, by_id[inner["parent"]])}) == 1
     counted = [p for p in otlp.points if p["name"] == "test.calls"]
     assert {p["value"] for p in counted} == {2}
     assert {p["attributes"]["who"] for p in counted} == {"traced"}

@@ -12,6 +12,7 @@ those settings), a span costs one check: ``span`` hands out a shared no-op.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import importlib
@@ -34,6 +35,8 @@ import monarch_actor.config as switches  # the module itself: its attributes are
 
 from .._core.config import otel_metrics, otel_tracing
 from .._core.current import current
+from . import otlp
+from .span_recorder import SharedAttributes, SpanRecorder
 
 if TYPE_CHECKING:
     from .._core.router import Runtime
@@ -68,13 +71,16 @@ _HOST = socket.gethostname()
 # -- spans ------------------------------------------------------------------------------
 
 _tracer: trace.Tracer | None = None  # the global provider's, once one is set (it stays)
+_recorder: SpanRecorder | None = None  # Monarch's own, once ENABLE_OTEL_TRACING set it up
 
 
 def active_tracer() -> trace.Tracer | None:
-    """The tracer spans are made with, once a global tracer provider is set
-    in this process; ``None`` until then (spans are then skipped)."""
+    """The tracer spans are made with: Monarch's own exporting recorder
+    where ``ENABLE_OTEL_TRACING`` set one up, else the global tracer
+    provider's once one is set in this process; ``None`` until then (spans
+    are then skipped)."""
     global _tracer
-    tracer = _tracer
+    tracer = _recorder or _tracer
     if tracer is not None:
         return tracer
     provider = trace.get_tracer_provider()
@@ -91,7 +97,7 @@ def tracing_active() -> bool:
     return active_tracer() is not None
 
 
-_attributes: weakref.WeakKeyDictionary[Instance, dict[str, AttributeValue]] = (
+_attributes: weakref.WeakKeyDictionary[Instance, SharedAttributes] = (
     weakref.WeakKeyDictionary()
 )
 _attributes_lock = threading.Lock()
@@ -114,7 +120,7 @@ def actor_attributes() -> dict[str, AttributeValue]:
     found = _attributes.get(instance)
     if found is None:
         point = instance.rank
-        found = {
+        found = SharedAttributes({
             "monarch.actor.name": instance.name,
             "monarch.actor.class": instance.class_name,
             "monarch.actor.id": instance.actor_id,
@@ -122,7 +128,7 @@ def actor_attributes() -> dict[str, AttributeValue]:
             "monarch.actor.point": ",".join(f"{k}={v}" for k, v in point.items()),
             "monarch.proc": instance.proc_id,
             "monarch.host": _HOST,
-        }
+        })
         with _attributes_lock:
             _attributes[instance] = found
     return found
@@ -467,6 +473,8 @@ def flush_telemetry(timeout: float) -> None:
             (the API's no-ops) are skipped.
     """
     deadline = time.monotonic() + timeout
+    if _recorder is not None:
+        _recorder.flush(timeout)
     for provider in (trace.get_tracer_provider(), metrics.get_meter_provider()):
         flush = getattr(provider, "force_flush", None)
         if flush is None:
@@ -494,10 +502,11 @@ def _resource(role: str) -> Any:
     return Resource.create(attributes)
 
 
-def _exporter(signal: str, setting: str, where: str) -> Any:
-    """The OTLP exporter of ``signal`` (``"traces"``/``"metrics"``) by the
-    protocol the standard variables name (gRPC unless told otherwise, as in
-    OpenTelemetry's SDK); ``None`` after a warning when it cannot be made."""
+def _exporter(signal: str, setting: str, where: str) -> tuple[Any, str] | None:
+    """The OTLP exporter of ``signal`` (``"traces"``/``"metrics"``) and its
+    protocol, the one the standard variables name (gRPC unless told
+    otherwise, as in OpenTelemetry's SDK); ``None`` after a warning when it
+    cannot be made."""
     chosen = (
         os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -520,7 +529,7 @@ def _exporter(signal: str, setting: str, where: str) -> Any:
             exporter_class = getattr(importlib.import_module(module), name)
         except ImportError:
             continue
-        return exporter_class()
+        return exporter_class(), protocol
     log.warning(
         "%s is on in %s, but no OTLP exporter for %s is installed: %s",
         setting,
@@ -545,12 +554,48 @@ def _provide_tracing(role: str, where: str) -> None:
             _INSTALL_HINT,
         )
         return
-    exporter = _exporter("traces", "ENABLE_OTEL_TRACING", where)
-    if exporter is None:
+    made = _exporter("traces", "ENABLE_OTEL_TRACING", where)
+    if made is None:
         return
+    exporter, protocol = made
     provider = TracerProvider(resource=_resource(role))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    _record_spans(provider, protocol, role)
+
+
+def _record_spans(provider: Any, protocol: str, role: str) -> None:
+    """Monarch's own spans go through a ``SpanRecorder`` that sends to the
+    same collector as the SDK's exporter, with the provider's sampler, id
+    generator and resource."""
+    global _recorder
+    from opentelemetry.sdk.trace import sampling
+
+    def seconds(name: str, default: float) -> float:
+        try:
+            return float(os.environ.get(name, "")) / 1000
+        except ValueError:
+            return default
+
+    def count(name: str, default: int) -> int:
+        try:
+            return int(os.environ.get(name, ""))
+        except ValueError:
+            return default
+
+    sampler = provider.sampler
+    _recorder = SpanRecorder(
+        sampler=None if sampler is sampling.DEFAULT_ON else sampler,
+        id_generator=provider.id_generator,
+        resource=dict(provider.resource.attributes),
+        send=otlp.sender(otlp.OtlpSettings.from_environment(protocol)),
+        scope=SCOPE,
+        batch=count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
+        queue=count("OTEL_BSP_MAX_QUEUE_SIZE", 2048),
+        delay=seconds("OTEL_BSP_SCHEDULE_DELAY", 5.0),
+    )
+    if role == "controller":  # a proc flushes as it stops (``start_telemetry``)
+        atexit.register(_recorder.shutdown, FLUSH_TIMEOUT)
 
 
 def _provide_metrics(role: str, where: str) -> None:
@@ -568,8 +613,9 @@ def _provide_metrics(role: str, where: str) -> None:
             _INSTALL_HINT,
         )
         return
-    exporter = _exporter("metrics", "ENABLE_OTEL_METRICS", where)
-    if exporter is None:
+    made = _exporter("metrics", "ENABLE_OTEL_METRICS", where)
+    if made is None:
         return
+    exporter, _ = made
     reader = PeriodicExportingMetricReader(exporter)  # OTEL_METRIC_EXPORT_INTERVAL applies
     metrics.set_meter_provider(MeterProvider(resource=_resource(role), metric_readers=[reader]))

@@ -1,0 +1,381 @@
+"""OTLP for the spans Monarch records itself: the protobuf encoding of an
+``ExportTraceServiceRequest`` and the senders that deliver it to a collector
+over OTLP/HTTP or OTLP/gRPC, configured by OpenTelemetry's standard
+``OTEL_EXPORTER_OTLP_*`` variables.
+
+Why not the SDK's exporters: they encode span by span through the protobuf
+message classes, 20 µs and more per span here, more than handling the message
+the span times. A span of ours is a fixed head (ids, times, flags) packed by
+``struct`` and a tail (name, kind, attributes, events, status, links) that is
+the same for every call of one endpoint of one actor, so it is encoded once
+and reused: protobuf lets a message be written as the concatenation of its
+fields in any order.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import ssl
+import struct
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+__all__ = [
+    "AnyValue",
+    "Encoded",
+    "OtlpSettings",
+    "SpanRecord",
+    "encode_request",
+    "encode_span",
+    "sender",
+]
+
+log = logging.getLogger("monarch.actor.telemetry")
+
+AnyValue = str | bool | int | float | bytes | Sequence[Any]
+
+# -- protobuf wire format ---------------------------------------------------------------
+
+_LEN, _I64, _I32, _VARINT = 2, 1, 5, 0
+_MASK64 = (1 << 64) - 1
+
+
+def _varint(n: int) -> bytes:
+    n &= _MASK64  # an int64 below zero is sent as its two's complement
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _tag(field: int, wire: int) -> bytes:
+    return _varint(field << 3 | wire)
+
+
+def _bytes_field(field: int, payload: bytes) -> bytes:
+    return _tag(field, _LEN) + _varint(len(payload)) + payload
+
+
+def _string_field(field: int, text: str) -> bytes:
+    return _bytes_field(field, text.encode("utf-8", "replace"))
+
+
+def _any_value(value: Any) -> bytes:
+    # AnyValue: string_value 1, bool_value 2, int_value 3, double_value 4,
+    # array_value 5 (ArrayValue: values 1), bytes_value 7
+    if isinstance(value, str):
+        return _string_field(1, value)
+    if isinstance(value, bool):
+        return _tag(2, _VARINT) + _varint(int(value))
+    if isinstance(value, int):
+        return _tag(3, _VARINT) + _varint(value)
+    if isinstance(value, float):
+        return _tag(4, _I64) + struct.pack("<d", value)
+    if isinstance(value, bytes | bytearray):
+        return _bytes_field(7, bytes(value))
+    items = b"".join(_bytes_field(1, _any_value(item)) for item in value)
+    return _bytes_field(5, items)
+
+
+def _attributes(field: int, attributes: Mapping[str, Any]) -> bytes:
+    # KeyValue: key 1, value 2
+    return b"".join(
+        _bytes_field(field, _string_field(1, key) + _bytes_field(2, _any_value(value)))
+        for key, value in attributes.items()
+    )
+
+
+# -- spans ------------------------------------------------------------------------------
+
+
+class Encoded(NamedTuple):
+    """A link or an event of a span, as it travels."""
+
+    field: int
+    payload: bytes
+
+
+class SpanRecord(Protocol):
+    """What the encoder reads of a finished span."""
+
+    name: str
+    kind: int  # OTLP's SpanKind: the API's SpanKind value + 1
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    parent_remote: bool
+    start_time: int
+    end_time: int
+    attributes: Mapping[str, Any]
+    extras: list[Encoded] | None  # its events and links, encoded as they came
+    status: tuple[int, str] | None  # (OTLP status code, message)
+
+
+_IDS = struct.Struct(">BBQQBBQ")  # trace_id 1, span_id 2: big-endian bytes
+_PARENT = struct.Struct(">BBQ")  # parent_span_id 4
+_TIMES = struct.Struct("<BQBQ")  # start 7, end 8: fixed64
+_FLAGS = struct.Struct("<2sI")  # flags 16: fixed32
+_FLAGS_TAG = _tag(16, _I32)
+_HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
+_T7, _T8 = (7 << 3) | _I64, (8 << 3) | _I64
+_SPAN_FIELD = _tag(2, _LEN)  # ScopeSpans.spans
+
+# the tails of recent spans by (name, kind, attributes): endpoint spans share
+# their actor's attribute dict, so a busy actor's tail is encoded once
+_tails: dict[tuple[str, int, int], tuple[Mapping[str, Any], bytes]] = {}
+_TAILS_KEPT = 4096
+
+
+def _tail(record: SpanRecord) -> bytes:
+    # name 5, kind 6, attributes 9, events 11, links 13, status 15
+    tail = _string_field(5, record.name) + _tag(6, _VARINT) + _varint(record.kind)
+    return tail + _attributes(9, record.attributes)
+
+
+def encode_span(record: SpanRecord) -> bytes:
+    """One span as a ``ScopeSpans.spans`` field (tag, length, message)."""
+    trace_id = record.trace_id
+    head = _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _MASK64, 0x12, 8, record.span_id)
+    flags = _HAS_IS_REMOTE
+    if record.parent_id is not None:
+        head += _PARENT.pack(0x22, 8, record.parent_id)
+        if record.parent_remote:
+            flags |= _IS_REMOTE
+    head += _TIMES.pack(_T7, record.start_time, _T8, record.end_time) + _FLAGS.pack(_FLAGS_TAG, flags)
+    attributes = record.attributes
+    key = (record.name, record.kind, id(attributes))
+    found = _tails.get(key)
+    if found is not None and found[0] is attributes:
+        tail = found[1]
+    else:
+        tail = _tail(record)
+        if len(_tails) >= _TAILS_KEPT:
+            _tails.clear()
+        _tails[key] = (attributes, tail)
+    if record.extras:
+        tail += b"".join(_bytes_field(field, payload) for field, payload in record.extras)
+    if record.status is not None:
+        code, message = record.status
+        status = _string_field(2, message) if message else b""
+        tail += _bytes_field(15, status + _tag(3, _VARINT) + _varint(code))
+    body = head + tail
+    return _SPAN_FIELD + _varint(len(body)) + body
+
+
+def encode_event(name: str, at: int, attributes: Mapping[str, Any]) -> Encoded:
+    """An event of a span (``Span.events``: time 1, name 2, attributes 3)."""
+    payload = struct.pack("<BQ", (1 << 3) | _I64, at) + _string_field(2, name)
+    return Encoded(11, payload + _attributes(3, attributes))
+
+
+def encode_link(trace_id: int, span_id: int, remote: bool, attributes: Mapping[str, Any]) -> Encoded:
+    """A link of a span (``Span.links``: trace_id 1, span_id 2, attributes 4, flags 6)."""
+    payload = _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _MASK64, 0x12, 8, span_id)
+    flags = _HAS_IS_REMOTE | (_IS_REMOTE if remote else 0)
+    payload += _attributes(4, attributes) + struct.pack("<BI", (6 << 3) | _I32, flags)
+    return Encoded(13, payload)
+
+
+def encode_request(
+    resource: Mapping[str, Any], scope: str, spans: Iterable[bytes], version: str = ""
+) -> bytes:
+    """An ``ExportTraceServiceRequest`` of one resource and one scope.
+
+    Args:
+        resource: the resource's attributes.
+        scope: the instrumentation scope's name.
+        spans: spans from ``encode_span``.
+        version: the scope's version.
+    """
+    scope_message = _string_field(1, scope) + (_string_field(2, version) if version else b"")
+    scope_spans = _bytes_field(1, scope_message) + b"".join(spans)
+    resource_spans = _bytes_field(1, _attributes(1, resource)) + _bytes_field(2, scope_spans)
+    return _bytes_field(1, resource_spans)
+
+
+# -- delivery ---------------------------------------------------------------------------
+
+_GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+_RETRY_HTTP = {408, 429, 502, 503, 504}
+_RETRY_GRPC = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED"}
+
+
+def _env(name: str, default: str = "") -> str:
+    """``OTEL_EXPORTER_OTLP_TRACES_<name>``, else ``OTEL_EXPORTER_OTLP_<name>``."""
+    return (
+        os.environ.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}")
+        or os.environ.get(f"OTEL_EXPORTER_OTLP_{name}")
+        or default
+    ).strip()
+
+
+class OtlpSettings(NamedTuple):
+    """Where and how spans are sent, from the standard OTLP variables."""
+
+    protocol: str  # "grpc" or "http/protobuf"
+    endpoint: str
+    headers: dict[str, str]
+    timeout: float  # seconds per export, retries included
+    compression: str  # "", "gzip" or "deflate"
+    certificate: str
+    client_key: str
+    client_certificate: str
+    insecure: bool
+
+    @classmethod
+    def from_environment(cls, protocol: str) -> OtlpSettings:
+        """The settings the variables give, for ``protocol``."""
+        headers = {}
+        for pair in _env("HEADERS").split(","):
+            key, _, value = pair.partition("=")
+            if key.strip():
+                headers[urllib.parse.unquote(key.strip()).lower()] = urllib.parse.unquote(
+                    value.strip()
+                )
+        timeout_text = _env("TIMEOUT", "10")
+        try:
+            timeout = float(timeout_text)  # seconds, as OpenTelemetry's Python SDK reads it
+        except ValueError:
+            log.warning("OTEL_EXPORTER_OTLP_TIMEOUT=%r is no number; 10 s it is", timeout_text)
+            timeout = 10.0
+        own_endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        endpoint = own_endpoint
+        if protocol == "http/protobuf":
+            if not endpoint:
+                base = _env("ENDPOINT", "http://localhost:4318").rstrip("/")
+                endpoint = f"{base}/v1/traces"
+        elif not endpoint:
+            endpoint = _env("ENDPOINT", "http://localhost:4317")
+        return cls(
+            protocol=protocol,
+            endpoint=endpoint,
+            headers=headers,
+            timeout=timeout,
+            compression=_env("COMPRESSION", "none").lower().replace("none", ""),
+            certificate=_env("CERTIFICATE"),
+            client_key=_env("CLIENT_KEY"),
+            client_certificate=_env("CLIENT_CERTIFICATE"),
+            insecure=_env("INSECURE", "false").lower() == "true",
+        )
+
+
+Send = Callable[[bytes], bool]
+
+
+def sender(settings: OtlpSettings) -> Send:
+    """A function that delivers one encoded request, retrying what a
+    collector says may pass later within ``settings.timeout``, and says
+    whether it got through (a failure is logged, never raised)."""
+    if settings.protocol == "grpc":
+        return _grpc_sender(settings)
+    return _http_sender(settings)
+
+
+def _backoff(attempt: int, deadline: float) -> bool:
+    """Sleep before retry ``attempt``; False when the deadline leaves no time."""
+    pause = min(2.0**attempt * 0.5, 8.0)
+    if time.monotonic() + pause >= deadline:
+        return False
+    time.sleep(pause)
+    return True
+
+
+def _http_sender(settings: OtlpSettings) -> Send:
+    context: ssl.SSLContext | None = None
+    if settings.endpoint.startswith("https:"):
+        context = ssl.create_default_context(cafile=settings.certificate or None)
+        if settings.client_certificate:
+            context.load_cert_chain(settings.client_certificate, settings.client_key or None)
+    headers = {"Content-Type": "application/x-protobuf", **settings.headers}
+    compress: Callable[[bytes], bytes] | None = None
+    if settings.compression == "gzip":
+        compress = gzip.compress
+        headers["Content-Encoding"] = "gzip"
+    elif settings.compression == "deflate":
+        compress = zlib.compress
+        headers["Content-Encoding"] = "deflate"
+
+    def send(body: bytes) -> bool:
+        data = compress(body) if compress else body
+        deadline = time.monotonic() + settings.timeout
+        attempt = 0
+        while True:
+            request = urllib.request.Request(
+                settings.endpoint, data=data, headers=headers, method="POST"
+            )
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                with urllib.request.urlopen(request, timeout=left, context=context) as answer:
+                    answer.read()
+                return True
+            except urllib.error.HTTPError as error:
+                retry = error.code in _RETRY_HTTP
+                why = f"HTTP {error.code} {error.reason}"
+            except (OSError, ValueError) as error:  # refused, reset, timed out, a bad URL
+                retry = not isinstance(error, ValueError)
+                why = str(getattr(error, "reason", error))
+            if not retry or not _backoff(attempt, deadline):
+                log.warning("exporting spans to %s failed: %s", settings.endpoint, why)
+                return False
+            attempt += 1
+
+    return send
+
+
+def _grpc_sender(settings: OtlpSettings) -> Send:
+    import grpc
+
+    parsed = urllib.parse.urlparse(settings.endpoint)
+    if parsed.scheme in ("http", "https"):
+        target = parsed.netloc
+        insecure = parsed.scheme == "http"
+    else:  # host:port, as the variable also allows
+        target = settings.endpoint
+        insecure = settings.insecure
+    if insecure:
+        channel = grpc.insecure_channel(target)
+    else:
+
+        def read(path: str) -> bytes | None:
+            if not path:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        credentials = grpc.ssl_channel_credentials(
+            read(settings.certificate),
+            read(settings.client_key),
+            read(settings.client_certificate),
+        )
+        channel = grpc.secure_channel(target, credentials)
+    export = channel.unary_unary(_GRPC_METHOD)  # no (de)serializers: bytes in, bytes out
+    metadata = tuple(settings.headers.items())
+    compression = grpc.Compression.Gzip if settings.compression == "gzip" else None
+
+    def send(body: bytes) -> bool:
+        deadline = time.monotonic() + settings.timeout
+        attempt = 0
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                export(body, timeout=left, metadata=metadata, compression=compression)
+                return True
+            except grpc.RpcError as error:
+                code = error.code() if hasattr(error, "code") else None
+                retry = code is not None and code.name in _RETRY_GRPC
+                why = f"{code.name if code else 'error'}: {error}"
+            if not retry or not _backoff(attempt, deadline):
+                log.warning("exporting spans to %s failed: %s", target, why)
+                return False
+            attempt += 1
+
+    return send

@@ -1,0 +1,144 @@
+"""What telemetry costs on the actor benchmarks: ``actor_bench.py --impl ours``
+run alternately with telemetry off and with tracing on, several times each,
+on one machine; prints the median of each measure per mode and the change.
+
+Tracing on means what a user turns on: ``ENABLE_OTEL_TRACING=1`` (every
+process sets up OpenTelemetry's SDK, every endpoint runs in a span) and the
+spans exported over OTLP/HTTP to a receiver this script runs on loopback,
+which decodes each request and counts the spans (the run fails if none
+arrived: a benchmark of tracing that exports nothing measures nothing).
+
+    python tools/bench/telemetry_bench.py [--runs 6] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+MEASURES = {  # key: (what, unit, higher is better)
+    "call_one": ("call_one round trip", "µs", False),
+    "call8": ("call to 8 actors and gather", "µs", False),
+    "pipelined": ("pipelined calls to one actor", "calls/s", True),
+    "broadcast": ("broadcast to 8 actors", "/s", True),
+    "echo_64m": ("64 MiB echo", "GB/s", True),
+}
+
+
+class Receiver(ThreadingHTTPServer):
+    """An OTLP/HTTP trace receiver that counts the spans it is sent."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.spans = 0
+        self.lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path.endswith("/v1/traces"):
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            found = sum(
+                len(scope.spans)
+                for resource in request.resource_spans
+                for scope in resource.scope_spans
+            )
+            with self.server.lock:
+                self.server.spans += found
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:  # the requests are not news
+        pass
+
+
+def run_once(tracing: bool, receiver: Receiver, quick: bool) -> dict[str, float]:
+    env = dict(os.environ)
+    for name in [n for n in env if n.startswith(("OTEL_", "ENABLE_OTEL_"))]:
+        del env[name]
+    if tracing:
+        env.update(
+            ENABLE_OTEL_TRACING="1",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        )
+    command = [sys.executable, str(HERE / "actor_bench.py"), "--impl", "ours", "--sweep", ""]
+    if quick:
+        command.append("--quick")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"actor_bench.py failed ({done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def shown(key: str, value: float) -> str:
+    if key in ("call_one", "call8"):
+        return f"{value * 1e6:.1f} µs"
+    if key == "echo_64m":
+        return f"{value / 1e9:.2f} GB/s"
+    return f"{value:,.0f} {MEASURES[key][1]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=6, help="runs of each mode, alternating")
+    parser.add_argument("--quick", action="store_true", help="actor_bench --quick (a smoke test)")
+    parser.add_argument("--json", help="also write the runs and medians here")
+    args = parser.parse_args()
+
+    receiver = Receiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    runs: dict[str, list[dict[str, float]]] = {"off": [], "tracing": []}
+    for i in range(args.runs):
+        for mode in runs:
+            before = receiver.spans
+            runs[mode].append(run_once(mode == "tracing", receiver, args.quick))
+            exported = receiver.spans - before
+            print(f"run {i + 1}/{args.runs} {mode}: {exported:,} spans exported", file=sys.stderr)
+            if mode == "tracing" and exported == 0:
+                sys.exit("tracing was on but no span reached the receiver")
+    receiver.shutdown()
+
+    medians = {
+        mode: {key: statistics.median(r[key] for r in results) for key in MEASURES}
+        for mode, results in runs.items()
+    }
+    print("| measure | telemetry off | tracing on | cost |")
+    print("|---|---|---|---|")
+    for key, (what, _, higher_better) in MEASURES.items():
+        off, on = medians["off"][key], medians["tracing"][key]
+        cost = (off / on - 1) if higher_better else (on / off - 1)
+        print(f"| {what} | {shown(key, off)} | {shown(key, on)} | {cost:+.1%} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": runs, "medians": medians}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -109,7 +109,7 @@ def test_spans_of_one_actor_share_one_encoding_of_its_attributes():
                    start_time=1, end_time=2, attributes=shared, extras=None, status=None)
     otlp.encode_span(first)
     shared_key = ("ep", 1, id(shared))
-    assert otlp._tails[shared_key][0] is shared
+    assert otlp._shared[shared_key].attributes is shared
     changed = Record(**{**first.__dict__, "attributes": {"other": 1}})
     (decoded,) = spans_of(otlp.encode_request({}, "s", [otlp.encode_span(changed)]))
     assert decoded["attributes"] == {"other": 1}

@@ -248,6 +248,38 @@ def test_a_setting_on_without_the_sdk_says_what_to_install():
     assert "opentelemetry-sdk is not installed: pip install 'monarch-actor[otel]'" in done.stderr
 
 
+def test_bad_opentelemetry_variables_cost_a_warning_not_the_processes():
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {HERE!r})
+        from monarch_actor import this_host
+        from telemetry_actors import Traced
+        procs = this_host().spawn_procs(per_host={{"gpus": 1}})
+        assert procs.spawn("sync", Traced).work.call_one(2).get() == 4
+        procs.stop().get(timeout=60)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "ENABLE_OTEL_TRACING": "1",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            # the SDK refuses a batch larger than its queue
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "4096",
+            "OTEL_BSP_MAX_QUEUE_SIZE": "16",
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ENABLE_OTEL_TRACING is on in controller" in done.stderr
+    assert "ENABLE_OTEL_TRACING is on in proc" in done.stderr
+    assert "could not be set up: ValueError: max_export_batch_size" in done.stderr
+
+
 def test_bad_span_names_and_targets_are_refused():
     with pytest.raises(TypeError, match="name="):
         traced("load")  # type: ignore[call-overload]

@@ -1,9 +1,11 @@
 """Between processes: byte-exact transfers with every host-memory backend,
 odd offsets, concurrency, 256 MiB, and owners that drop or die."""
 
+import contextlib
 import hashlib
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -126,3 +128,51 @@ def test_owner_death_is_an_error_not_a_hang(backend):
     finally:
         stop.set()
         procs.stop().get(timeout=30)
+
+
+@pytest.mark.parametrize("backend", ["cma", "tcp"], indirect=True)
+def test_a_large_transfer_shows_its_bytes_when_progress_is_shown(
+    owner, backend, monkeypatch, capfd
+):
+    size = 256 << 20  # monarch_rdma._buffer.LARGE_TRANSFER: the smallest that shows a line
+    buffer = owner.make.call_one("shown", size, -1).get()
+    owner.fill.call_one("shown", 3).get()
+    calls = []
+    transfer = monarch_rdma._buffer.run_transfer
+    line_for = monarch_rdma._buffer.progress
+    advanced = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[3])  # the bytes of this call
+        return transfer(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def recorded(*args, **kwargs):
+        with line_for(*args, **kwargs) as line:  # the real line, on stderr
+            advance = line.advance
+            line.advance = lambda n: (advanced.append(n), advance(n))
+            yield line
+
+    monkeypatch.setattr(monarch_rdma._buffer, "run_transfer", counted)
+    monkeypatch.setattr(monarch_rdma._buffer, "progress", recorded)
+    try:
+        monkeypatch.setenv("MONARCH_PROGRESS", "always")
+        out = bytearray(size)
+        buffer.read_into(memoryview(out)).get(timeout=60)
+        assert out == pattern(size, 3)
+        shown = capfd.readouterr().err
+        pid = owner.pid.call_one().get()
+        assert f"RDMA: reading from pid {pid} on {socket.gethostname()}" in shown
+        assert "/256.0" in shown and "MiB" in shown  # counted in bytes
+        piece = monarch_rdma._buffer.PIECE
+        assert calls == advanced == [piece] * 4  # each piece counted as it lands
+
+        calls.clear()
+        monkeypatch.setenv("MONARCH_PROGRESS", "never")
+        buffer.write_from(memoryview(out)).get(timeout=60)
+        assert capfd.readouterr().err == ""
+        assert calls == [size]  # unseen, the backend moves it whole
+    finally:
+        del out
+        buffer.drop().get()
+        owner.release.call_one("shown").get()

@@ -6,7 +6,7 @@ the lifecycle events of actors and processes (``subscribe(callback)``:
 each ``monarch_supervision.LifecycleEvent`` of this process, on the thread
 that saw it; callbacks must be quick), what a process is doing
 (``inspect_process``, for the mesh admin), and progress lines for long
-waits (``progress``).
+waits (``progress``, ``shows_progress``).
 
 Examples:
     >>> import concurrent.futures
@@ -29,7 +29,7 @@ from ._core.extensions import EXTENSION_GROUP, extension, transform_arguments
 from ._core.future import Future
 from ._core.lifecycle import subscribe, unsubscribe
 from ._core.process import maybe_runtime
-from ._core.progress import Progress, progress
+from ._core.progress import Progress, progress, shows_progress
 
 __all__ = [
     "EXTENSION_GROUP",
@@ -42,6 +42,7 @@ __all__ = [
     "process_address",
     "progress",
     "resolved",
+    "shows_progress",
     "subscribe",
     "transform_arguments",
     "unsubscribe",

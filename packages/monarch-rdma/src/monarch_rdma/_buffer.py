@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import ctypes
 import operator
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import monarch_rdma._backends as _backends
 import monarch_rdma._control as _control
 import monarch_rdma._owner as _owner
 from monarch_actor import Future
-from monarch_actor.extension import future_from, progress, resolved
+from monarch_actor.extension import Progress, future_from, progress, resolved, shows_progress
 
 from ._config import get_config
 from ._cuda_memory import check_allocator
 from ._handle import Handle
 from ._memory import LocalMemory, as_local_memory
 from ._parallel import workers
+from ._backend import RdmaBackend
 from ._select import choose, run_transfer
 from ._wire import Op
 
@@ -252,12 +255,24 @@ class _Op:
 
 
 LARGE_TRANSFER = 256 << 20  # bytes: a transfer this large shows a progress line
+# bytes a large transfer moves at a time while its progress is shown (when it
+# is not, the backend gets the whole range: pieces cost a round trip each)
+PIECE = 64 << 20
 
 
-def _show_transfer(done: concurrent.futures.Future[None], nbytes: int) -> None:
-    """A progress line on the terminal while a large transfer runs."""
-    with progress(f"RDMA: moving {nbytes / (1 << 30):.2f} GiB"):
-        concurrent.futures.wait([done])
+def _line_for(ops: list[_Op]) -> contextlib.AbstractContextManager[Progress] | None:
+    """A progress line for an action large enough to show one, when progress
+    lines are shown; else ``None``."""
+    total = sum(op.nbytes for op in ops)
+    if total < LARGE_TRANSFER or not shows_progress():
+        return None
+    verbs = sorted({"writing to" if op.write else "reading from" for op in ops})
+    owners = sorted({(op.handle.owner.hostname, op.handle.owner.pid) for op in ops})
+    if len(owners) == 1:
+        whom = f"pid {owners[0][1]} on {owners[0][0]}"
+    else:
+        whom = f"{len(owners)} processes"
+    return progress(f"RDMA: {' and '.join(verbs)} {whom}", total=total, unit="bytes")
 
 
 class RDMAAction:
@@ -443,16 +458,20 @@ class RDMAAction:
             try:
                 backend = choose(op.handle, op.local)
                 if _copies_here(backend.name, op.nbytes):
-                    run_transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write,
-                                 deadline, backend)  # fmt: skip
+                    shown = _line_for(ops)
+                    if shown is None:
+                        _move(op, deadline, backend)
+                    else:
+                        with shown as line:
+                            _move(op, deadline, backend, line.advance)
                     return resolved(None)
             except Exception as error:
                 return _failed(error)
-        futures = [workers().submit(_execute, op, deadline) for op in ops]
+        shown = _line_for(ops)
+        showing = contextlib.ExitStack()  # the line goes once every operation is done
+        advance = None if shown is None else showing.enter_context(shown).advance
+        futures = [workers().submit(_execute, op, deadline, advance) for op in ops]
         result: concurrent.futures.Future[None] = concurrent.futures.Future()
-        moved = sum(op.nbytes for op in ops)
-        if moved >= LARGE_TRANSFER:
-            threading.Thread(target=_show_transfer, args=(result, moved), daemon=True).start()
         remaining = [len(futures)]
         lock = threading.Lock()
 
@@ -461,6 +480,7 @@ class RDMAAction:
                 remaining[0] -= 1
                 if remaining[0]:
                     return
+            showing.close()
             for future in futures:  # every op has finished: report the first failure
                 error = future.exception()
                 if error is not None:
@@ -497,14 +517,35 @@ def _failed(error: BaseException) -> Future[None]:
     return future_from(cf)
 
 
-def _execute(op: _Op, deadline: float) -> None:
+def _execute(op: _Op, deadline: float, moved: Callable[[int], None] | None) -> None:
     if op.atomic is not None:  # executed by the owner's server: atomic against all others
         code = Op.FETCH_ADD if "add" in op.atomic else Op.COMPARE_SWAP
         args = dict(op.atomic)
         value, _ = _control.request(op.handle, code, deadline, args, offset=op.remote_offset)
         ctypes.c_uint64.from_address(op.local.addr).value = value
         return
-    run_transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write, deadline)
+    _move(op, deadline, None, moved)
+
+
+def _move(
+    op: _Op,
+    deadline: float,
+    backend: RdmaBackend | None,
+    moved: Callable[[int], None] | None = None,
+) -> None:
+    """Run one transfer; with ``moved``, in pieces of ``PIECE`` bytes, each
+    reported (``moved(nbytes)``) as it lands."""
+    if moved is None or op.nbytes <= PIECE:
+        run_transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write, deadline, backend)
+        if moved is not None:
+            moved(op.nbytes)
+        return
+    for start in range(0, op.nbytes, PIECE):
+        length = min(PIECE, op.nbytes - start)
+        piece = replace(op.local, addr=op.local.addr + start, nbytes=length)
+        run_transfer(op.handle, piece, op.remote_offset + start, length, op.write, deadline,
+                     backend)  # fmt: skip
+        moved(length)
 
 
 def _handle_of(buffer: object) -> Handle:

@@ -15,14 +15,14 @@ fields in any order.
 from __future__ import annotations
 
 import gzip
+import http
+import http.client
 import logging
 import os
 import ssl
 import struct
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -121,46 +121,76 @@ class SpanRecord(Protocol):
 
 
 _IDS = struct.Struct(">BBQQBBQ")  # trace_id 1, span_id 2: big-endian bytes
-_PARENT = struct.Struct(">BBQ")  # parent_span_id 4
-_TIMES = struct.Struct("<BQBQ")  # start 7, end 8: fixed64
-_FLAGS = struct.Struct("<2sI")  # flags 16: fixed32
+# a span's head: trace_id 1, span_id 2 (and parent_span_id 4), start 7 and
+# end 8 (fixed64), flags 16 (fixed32)
+_HEAD = struct.Struct("<BB16sBB8sBQBQ2sI")
+_HEAD_WITH_PARENT = struct.Struct("<BB16sBB8sBB8sBQBQ2sI")
 _FLAGS_TAG = _tag(16, _I32)
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
 _T7, _T8 = (7 << 3) | _I64, (8 << 3) | _I64
 _SPAN_FIELD = _tag(2, _LEN)  # ScopeSpans.spans
 
-# the tails of recent spans by (name, kind, attributes): endpoint spans share
-# their actor's attribute dict, so a busy actor's tail is encoded once
-_tails: dict[tuple[str, int, int], tuple[Mapping[str, Any], bytes]] = {}
-_TAILS_KEPT = 4096
+# what recent spans of one (name, kind, attributes) share: endpoint spans
+# carry their actor's one attribute dict, so a busy actor's are encoded once
+_SHARED_KEPT = 4096
 
 
-def _tail(record: SpanRecord) -> bytes:
-    # name 5, kind 6, attributes 9, events 11, links 13, status 15
+class _Shared(NamedTuple):
+    attributes: Mapping[str, Any]  # kept: its id is part of the key
+    tail: bytes  # name 5, kind 6, attributes 9
+    prefix: bytes  # the field's tag and length, for a span with no parent, no extras
+    prefix_with_parent: bytes  # and with a parent
+
+
+_shared: dict[tuple[str, int, int], _Shared] = {}
+
+
+def _length_prefix(size: int) -> bytes:
+    return _SPAN_FIELD + _varint(size)
+
+
+def _shared_of(record: SpanRecord) -> _Shared:
+    attributes = record.attributes
+    key = (record.name, record.kind, id(attributes))
+    found = _shared.get(key)
+    if found is not None and found.attributes is attributes:
+        return found
     tail = _string_field(5, record.name) + _tag(6, _VARINT) + _varint(record.kind)
-    return tail + _attributes(9, record.attributes)
+    tail += _attributes(9, attributes)
+    found = _Shared(
+        attributes,
+        tail,
+        _length_prefix(_HEAD.size + len(tail)),
+        _length_prefix(_HEAD_WITH_PARENT.size + len(tail)),
+    )
+    if len(_shared) >= _SHARED_KEPT:
+        _shared.clear()
+    _shared[key] = found
+    return found
 
 
 def encode_span(record: SpanRecord) -> bytes:
     """One span as a ``ScopeSpans.spans`` field (tag, length, message)."""
-    trace_id = record.trace_id
-    head = _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _MASK64, 0x12, 8, record.span_id)
-    flags = _HAS_IS_REMOTE
-    if record.parent_id is not None:
-        head += _PARENT.pack(0x22, 8, record.parent_id)
-        if record.parent_remote:
-            flags |= _IS_REMOTE
-    head += _TIMES.pack(_T7, record.start_time, _T8, record.end_time) + _FLAGS.pack(_FLAGS_TAG, flags)
-    attributes = record.attributes
-    key = (record.name, record.kind, id(attributes))
-    found = _tails.get(key)
-    if found is not None and found[0] is attributes:
-        tail = found[1]
+    shared = _shared_of(record)
+    trace_id = record.trace_id.to_bytes(16, "big")
+    span_id = record.span_id.to_bytes(8, "big")
+    parent_id = record.parent_id
+    if parent_id is None:
+        prefix = shared.prefix
+        head = _HEAD.pack(
+            0x0A, 16, trace_id, 0x12, 8, span_id,
+            _T7, record.start_time, _T8, record.end_time, _FLAGS_TAG, _HAS_IS_REMOTE,
+        )  # fmt: skip
     else:
-        tail = _tail(record)
-        if len(_tails) >= _TAILS_KEPT:
-            _tails.clear()
-        _tails[key] = (attributes, tail)
+        prefix = shared.prefix_with_parent
+        flags = _HAS_IS_REMOTE | (_IS_REMOTE if record.parent_remote else 0)
+        head = _HEAD_WITH_PARENT.pack(
+            0x0A, 16, trace_id, 0x12, 8, span_id, 0x22, 8, parent_id.to_bytes(8, "big"),
+            _T7, record.start_time, _T8, record.end_time, _FLAGS_TAG, flags,
+        )  # fmt: skip
+    if not record.extras and record.status is None:  # an endpoint's span, as a rule
+        return prefix + head + shared.tail
+    tail = shared.tail
     if record.extras:
         tail += b"".join(_bytes_field(field, payload) for field, payload in record.extras)
     if record.status is not None:
@@ -168,7 +198,7 @@ def encode_span(record: SpanRecord) -> bytes:
         status = _string_field(2, message) if message else b""
         tail += _bytes_field(15, status + _tag(3, _VARINT) + _varint(code))
     body = head + tail
-    return _SPAN_FIELD + _varint(len(body)) + body
+    return _length_prefix(len(body)) + body
 
 
 def encode_event(name: str, at: int, attributes: Mapping[str, Any]) -> Encoded:
@@ -206,6 +236,7 @@ def encode_request(
 
 _GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 _RETRY_HTTP = {408, 429, 502, 503, 504}
+_PHRASES = {status.value for status in http.HTTPStatus}
 _RETRY_GRPC = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED"}
 
 
@@ -290,8 +321,17 @@ def _backoff(attempt: int, deadline: float) -> bool:
 
 
 def _http_sender(settings: OtlpSettings) -> Send:
+    url = urllib.parse.urlsplit(settings.endpoint)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(
+            f"the OTLP/HTTP endpoint {settings.endpoint!r} is no http:// or https:// URL "
+            "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT)"
+        )
+    path = url.path or "/"
+    if url.query:
+        path += f"?{url.query}"
     context: ssl.SSLContext | None = None
-    if settings.endpoint.startswith("https:"):
+    if url.scheme == "https":
         context = ssl.create_default_context(cafile=settings.certificate or None)
         if settings.client_certificate:
             context.load_cert_chain(settings.client_certificate, settings.client_key or None)
@@ -303,28 +343,50 @@ def _http_sender(settings: OtlpSettings) -> Send:
     elif settings.compression == "deflate":
         compress = zlib.compress
         headers["Content-Encoding"] = "deflate"
+    # one connection, kept open between exports: opening one per export cost
+    # more than encoding its spans
+    connection: list[http.client.HTTPConnection] = []
+
+    def post(data: bytes, timeout: float) -> int:
+        if not connection:
+            if context is None:
+                made = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+            else:
+                made = http.client.HTTPSConnection(
+                    url.hostname, url.port, timeout=timeout, context=context
+                )
+            connection.append(made)
+        current = connection[0]
+        current.timeout = timeout
+        try:
+            current.request("POST", path, body=data, headers=headers)
+            answer = current.getresponse()
+            answer.read()
+        except BaseException:
+            current.close()
+            connection.clear()
+            raise
+        if answer.will_close:
+            current.close()
+            connection.clear()
+        return answer.status
 
     def send(body: bytes) -> bool:
         data = compress(body) if compress else body
         deadline = time.monotonic() + settings.timeout
         attempt = 0
         while True:
-            request = urllib.request.Request(
-                settings.endpoint, data=data, headers=headers, method="POST"
-            )
-            left = max(0.1, deadline - time.monotonic())
             try:
-                with urllib.request.urlopen(request, timeout=left, context=context) as answer:
-                    answer.read()
-                return True
-            except urllib.error.HTTPError as error:
-                retry = error.code in _RETRY_HTTP
-                why = f"HTTP {error.code} {error.reason}"
-            except (OSError, ValueError) as error:  # refused, reset, timed out, a bad URL
-                retry = not isinstance(error, ValueError)
-                why = str(getattr(error, "reason", error))
+                status = post(data, max(0.1, deadline - time.monotonic()))
+                if 200 <= status < 300:
+                    return True
+                retry = status in _RETRY_HTTP
+                why = f"HTTP {status} {http.HTTPStatus(status).phrase if status in _PHRASES else ''}"
+            except (OSError, http.client.HTTPException) as error:  # refused, reset, timed out
+                retry = True
+                why = f"{type(error).__name__}: {error}"
             if not retry or not _backoff(attempt, deadline):
-                log.warning("exporting spans to %s failed: %s", settings.endpoint, why)
+                log.warning("exporting spans to %s failed: %s", settings.endpoint, why.strip())
                 return False
             attempt += 1
 

@@ -26,7 +26,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import (
-    Link,
+    INVALID_SPAN,
     NonRecordingSpan,
     SpanContext,
     SpanKind,
@@ -43,6 +43,9 @@ __all__ = ["RecordedSpan", "SharedAttributes", "SpanRecorder"]
 log = logging.getLogger("monarch.actor.telemetry")
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+# a request stops taking spans past this size: collectors refuse large ones
+# (gRPC's default limit is 4 MiB)
+REQUEST_BYTES = 2 << 20
 _VALUE_TYPES = (str, bool, int, float)
 _MAX_EVENTS = 128  # per span, as the SDK's default limits
 _STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
@@ -223,7 +226,8 @@ class SpanRecorder(trace.Tracer):
         resource: the attributes of the process's resource.
         send: delivers one encoded request (see ``otlp.sender``).
         scope: the instrumentation scope's name.
-        batch: spans per request (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``).
+        batch: spans per request at most (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``),
+            and ``REQUEST_BYTES`` of them.
         queue: spans kept waiting at most; more are dropped and counted
             (``OTEL_BSP_MAX_QUEUE_SIZE``).
         delay: seconds between exports while fewer than ``batch`` wait
@@ -237,8 +241,8 @@ class SpanRecorder(trace.Tracer):
         resource: Mapping[str, AttributeValue],
         send: otlp.Send,
         scope: str = "monarch",
-        batch: int = 512,
-        queue: int = 2048,
+        batch: int = 4096,
+        queue: int = 16384,
         delay: float = 5.0,
     ) -> None:
         self._sampler = sampler
@@ -281,6 +285,8 @@ class SpanRecorder(trace.Tracer):
         parent = trace.get_current_span(context)
         if type(parent) is RecordedSpan:
             trace_id, parent_id, remote, sampled = parent.trace_id, parent.span_id, False, True
+        elif parent is INVALID_SPAN:
+            trace_id, parent_id, remote, sampled = self._new_trace_id(), None, False, True
         else:
             found = parent.get_span_context()
             if found.is_valid:
@@ -303,13 +309,14 @@ class SpanRecorder(trace.Tracer):
             span_id,
             parent_id,
             remote,
-            kind.value + 1,  # the API's INTERNAL is 0, OTLP's 1
+            1 if kind is SpanKind.INTERNAL else kind.value + 1,  # the API counts from 0, OTLP from 1
             attributes if shared else _cleaned(attributes),  # type: ignore[arg-type]
             not shared,
             start_time if start_time is not None else time.time_ns(),
         )
-        for link in links or ():
-            recorded.add_link(link.context, link.attributes)
+        if links:
+            for link in links:
+                recorded.add_link(link.context, link.attributes)
         return recorded
 
     @contextlib.contextmanager
@@ -367,12 +374,16 @@ class SpanRecorder(trace.Tracer):
             waiting = self._waiting
             while waiting:
                 batch: list[bytes] = []
-                while waiting and len(batch) < self._batch:
+                size = 0
+                while waiting and len(batch) < self._batch and size < REQUEST_BYTES:
                     span = waiting.popleft()
                     try:
-                        batch.append(otlp.encode_span(span))
+                        encoded = otlp.encode_span(span)
                     except Exception as error:  # one bad span must not lose the batch
                         log.warning("span %r could not be encoded: %s", span.name, error)
+                        continue
+                    batch.append(encoded)
+                    size += len(encoded)
                 if not batch:
                     continue
                 request = otlp.encode_request(self._resource, self._scope, batch)

@@ -22,7 +22,6 @@ import os
 import socket
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -63,6 +62,13 @@ R = TypeVar("R")
 log = logging.getLogger("monarch.actor.telemetry")
 
 SCOPE = "monarch"  # the instrumentation scope of our tracer and meter, as in Monarch
+# spans of Monarch's tracer that wait for export at most (the SDK's default is
+# 2048): an actor handles bursts of 10,000 messages a second, and a span waiting costs
+# a few hundred bytes
+QUEUED_SPANS = 16384
+# spans per export request at most (the SDK's default is 512): a request costs the
+# sender and the collector far more than a span in it
+BATCHED_SPANS = 4096
 FLUSH_TIMEOUT = 3.0  # seconds a stopping proc gives its exporters before it exits
 
 _meter = metrics.get_meter(SCOPE)  # a proxy: it and its instruments follow the provider once set
@@ -97,12 +103,6 @@ def tracing_active() -> bool:
     return active_tracer() is not None
 
 
-_attributes: weakref.WeakKeyDictionary[Instance, SharedAttributes] = (
-    weakref.WeakKeyDictionary()
-)
-_attributes_lock = threading.Lock()
-
-
 def actor_attributes() -> dict[str, AttributeValue]:
     """The running actor's identity as span attributes; empty outside actors.
 
@@ -117,7 +117,7 @@ def actor_attributes() -> dict[str, AttributeValue]:
     if ctx is None:
         return {}
     instance = ctx.actor_instance
-    found = _attributes.get(instance)
+    found = instance._span_attributes
     if found is None:
         point = instance.rank
         found = SharedAttributes({
@@ -129,8 +129,7 @@ def actor_attributes() -> dict[str, AttributeValue]:
             "monarch.proc": instance.proc_id,
             "monarch.host": _HOST,
         })
-        with _attributes_lock:
-            _attributes[instance] = found
+        instance._span_attributes = found
     return found
 
 
@@ -448,10 +447,23 @@ def start_telemetry(runtime: Runtime) -> None:
     if runtime.role not in ("controller", "proc"):
         return  # a worker's host process runs no actors
     where = f"{runtime.role} {runtime.address} (pid {os.getpid()}, host {_HOST})"
-    if otel_tracing():
-        _provide_tracing(runtime.role, where)
-    if otel_metrics():
-        _provide_metrics(runtime.role, where)
+    for wanted, provide, setting in (
+        (otel_tracing, _provide_tracing, "ENABLE_OTEL_TRACING"),
+        (otel_metrics, _provide_metrics, "ENABLE_OTEL_METRICS"),
+    ):
+        if not wanted():
+            continue
+        try:
+            provide(runtime.role, where)
+        except Exception as error:  # a bad OTEL_* variable must not stop the process
+            log.warning(
+                "%s is on in %s, but OpenTelemetry could not be set up: %s: %s (check the "
+                "OTEL_* environment variables); it runs without it",
+                setting,
+                where,
+                type(error).__name__,
+                error,
+            )
     if runtime.role == "proc":
         task = runtime.loop.create_task(_flush_when_stopped(runtime))
         _background.add(task)
@@ -583,15 +595,20 @@ def _record_spans(provider: Any, protocol: str, role: str) -> None:
         except ValueError:
             return default
 
+    try:
+        send = otlp.sender(otlp.OtlpSettings.from_environment(protocol))
+    except ValueError as error:
+        log.warning("ENABLE_OTEL_TRACING is on, but Monarch's spans cannot be exported: %s", error)
+        return
     sampler = provider.sampler
     _recorder = SpanRecorder(
         sampler=None if sampler is sampling.DEFAULT_ON else sampler,
         id_generator=provider.id_generator,
         resource=dict(provider.resource.attributes),
-        send=otlp.sender(otlp.OtlpSettings.from_environment(protocol)),
+        send=send,
         scope=SCOPE,
-        batch=count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
-        queue=count("OTEL_BSP_MAX_QUEUE_SIZE", 2048),
+        batch=count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCHED_SPANS),
+        queue=count("OTEL_BSP_MAX_QUEUE_SIZE", QUEUED_SPANS),
         delay=seconds("OTEL_BSP_SCHEDULE_DELAY", 5.0),
     )
     if role == "controller":  # a proc flushes as it stops (``start_telemetry``)

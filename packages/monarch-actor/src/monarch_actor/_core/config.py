@@ -81,9 +81,11 @@ _OTEL_TRACING = declare(
     False,
     env="ENABLE_OTEL_TRACING",
     doc="Export the spans of `traced`, `span` and instrumented endpoints: each process "
-    "(the controller and every proc) sets up OpenTelemetry's SDK with an OTLP exporter, "
-    "sending to `OTEL_EXPORTER_OTLP_ENDPOINT` (needs `monarch-actor[otel]`; global "
-    "providers the program set itself are left alone).",
+    "(the controller and every proc) sets up OpenTelemetry's SDK with an OTLP exporter "
+    "for other code's spans, and Monarch's own span recorder (a few µs a span) for these, "
+    "both sending to `OTEL_EXPORTER_OTLP_ENDPOINT` by the standard `OTEL_EXPORTER_OTLP_*`, "
+    "`OTEL_TRACES_SAMPLER` and `OTEL_BSP_*` variables (needs `monarch-actor[otel]`; global "
+    "providers the program set itself are left alone, and get Monarch's spans too).",
     owner=_OWNER,
 )
 _OTEL_METRICS = declare(

@@ -64,14 +64,29 @@ class Progress:
         with self._lock:
             self._bar.update(self._task, **changes)
 
+    def advance(self, amount: float) -> None:
+        """Add ``amount`` to what is done (from any thread).
+
+        Args:
+            amount: how much more is done, in the line's unit.
+        """
+        if self._bar is None:
+            return
+        with self._lock:
+            self._bar.advance(self._task, amount)
+
 
 @contextlib.contextmanager
-def progress(description: str, total: float | None = None) -> Iterator[Progress]:
+def progress(
+    description: str, total: float | None = None, *, unit: str = ""
+) -> Iterator[Progress]:
     """Show a progress line for the length of a ``with`` block.
 
     Args:
         description: what is being waited for.
         total: how much there is to do; ``None`` shows a spinner and the time.
+        unit: ``"bytes"`` shows the amounts as sizes (MiB, GiB) and the
+            rate; otherwise they are counts (``done/total``).
 
     Yields:
         The line, to ``update``; one that shows nothing when progress is off.
@@ -82,15 +97,19 @@ def progress(description: str, total: float | None = None) -> Iterator[Progress]
     from rich.console import Console
     from rich.progress import (
         BarColumn,
+        DownloadColumn,
         MofNCompleteColumn,
         SpinnerColumn,
         TextColumn,
         TimeElapsedColumn,
+        TransferSpeedColumn,
     )
     from rich.progress import Progress as RichProgress
 
     columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
-    if total is not None:
+    if total is not None and unit == "bytes":
+        columns += [BarColumn(), DownloadColumn(binary_units=True), TransferSpeedColumn()]
+    elif total is not None:
         columns += [BarColumn(), MofNCompleteColumn()]
     columns.append(TimeElapsedColumn())
     console = Console(stderr=True, force_terminal=PROGRESS.get() == "always" or None)

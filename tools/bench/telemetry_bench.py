@@ -1,14 +1,19 @@
 """What telemetry costs on the actor benchmarks: ``actor_bench.py --impl ours``
-run alternately with telemetry off and with tracing on, several times each,
-on one machine; prints the median of each measure per mode and the change.
+run alternately in three modes, several times each, on one machine; prints
+the median of each measure per mode and the costs.
 
-Tracing on means what a user turns on: ``ENABLE_OTEL_TRACING=1`` (every
-process sets up OpenTelemetry's SDK, every endpoint runs in a span) and the
-spans exported over OTLP/HTTP to a receiver this script runs on loopback,
-which counts the spans of each request between runs (the run fails if none
-arrived: a benchmark of tracing that exports nothing measures nothing).
+- **bare**: the runtime without what observability adds to each message
+  (``bare/sitecustomize.py`` takes out each actor's counters and flight
+  recorder and the span check around instrumented endpoints);
+- **off**: as shipped, telemetry off (the counters are always kept: the mesh
+  admin reads them);
+- **tracing**: what a user turns on: ``ENABLE_OTEL_TRACING=1`` (every
+  process sets up tracing, every endpoint runs in a span) with the spans
+  exported over OTLP/HTTP to a receiver this script runs on loopback, which
+  counts the spans of each run (the run fails if none arrived: a benchmark
+  of tracing that exports nothing measures nothing).
 
-    python tools/bench/telemetry_bench.py [--runs 6] [--json out.json]
+    python tools/bench/telemetry_bench.py [--runs 8] [--json out.json]
 """
 
 from __future__ import annotations
@@ -80,11 +85,16 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def run_once(tracing: bool, receiver: Receiver, quick: bool) -> dict[str, float]:
+MODES = ("bare", "off", "tracing")
+
+
+def run_once(mode: str, receiver: Receiver, quick: bool) -> dict[str, float]:
     env = dict(os.environ)
     for name in [n for n in env if n.startswith(("OTEL_", "ENABLE_OTEL_"))]:
         del env[name]
-    if tracing:
+    if mode == "bare":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE / "bare"), env.get("PYTHONPATH")]))
+    if mode == "tracing":
         env.update(
             ENABLE_OTEL_TRACING="1",
             OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
@@ -118,26 +128,30 @@ def main() -> None:
 
     receiver = Receiver()
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    runs: dict[str, list[dict[str, float]]] = {"off": [], "tracing": []}
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for i in range(args.runs):
-        for mode in runs:
-            runs[mode].append(run_once(mode == "tracing", receiver, args.quick))
+        for mode in MODES:
+            runs[mode].append(run_once(mode, receiver, args.quick))
             exported = receiver.spans()
             print(f"run {i + 1}/{args.runs} {mode}: {exported:,} spans exported", file=sys.stderr)
-            if mode == "tracing" and exported == 0:
-                sys.exit("tracing was on but no span reached the receiver")
+            if (mode == "tracing") != (exported > 0):
+                sys.exit(f"{exported} spans reached the receiver in a {mode} run")
     receiver.shutdown()
 
     medians = {
         mode: {key: statistics.median(r[key] for r in results) for key in MEASURES}
         for mode, results in runs.items()
     }
-    print("| measure | telemetry off | tracing on | cost |")
-    print("|---|---|---|---|")
-    for key, (what, _, higher_better) in MEASURES.items():
-        off, on = medians["off"][key], medians["tracing"][key]
-        cost = (off / on - 1) if higher_better else (on / off - 1)
-        print(f"| {what} | {shown(key, off)} | {shown(key, on)} | {cost:+.1%} |")
+
+    def cost(key: str, mode: str) -> str:
+        base, value = medians["bare"][key], medians[mode][key]
+        return f"{(base / value - 1) if MEASURES[key][2] else (value / base - 1):+.1%}"
+
+    print("| measure | bare | telemetry off | tracing on | off vs bare | on vs bare |")
+    print("|---|---|---|---|---|---|")
+    for key, (what, _, _) in MEASURES.items():
+        values = " | ".join(shown(key, medians[mode][key]) for mode in MODES)
+        print(f"| {what} | {values} | {cost(key, 'off')} | {cost(key, 'tracing')} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": runs, "medians": medians}, indent=1))
 

@@ -254,7 +254,7 @@ class SpanRecorder(trace.Tracer):
         self._batch = max(1, batch)
         self._queue_size = max(self._batch, queue)
         self._delay = delay
-        self._waiting: deque[RecordedSpan] = deque()
+        self._waiting: deque[bytes] = deque()  # ended spans, encoded
         self._wake = threading.Event()
         self._exporting = threading.Lock()  # one export at a time: the thread's or a flush's
         self._closed = False
@@ -345,12 +345,20 @@ class SpanRecorder(trace.Tracer):
     # -- exporting them -------------------------------------------------------------------
 
     def finished(self, span: RecordedSpan) -> None:
-        """Queue an ended span for export (called by ``RecordedSpan.end``)."""
+        """Queue an ended span for export (called by ``RecordedSpan.end``).
+
+        It is encoded here, at once: bytes wait for the export thread, not
+        the span, which dies young (thousands of spans waiting as objects
+        cost every garbage collection meanwhile)."""
         waiting = self._waiting
         if len(waiting) >= self._queue_size:
             self.dropped += 1
             return
-        waiting.append(span)
+        try:
+            waiting.append(otlp.encode_span(span))
+        except Exception as error:  # a span that cannot be encoded is lost alone
+            log.warning("span %r could not be encoded: %s", span.name, error)
+            return
         if len(waiting) >= self._batch and not self._wake.is_set():
             self._wake.set()
 
@@ -376,16 +384,9 @@ class SpanRecorder(trace.Tracer):
                 batch: list[bytes] = []
                 size = 0
                 while waiting and len(batch) < self._batch and size < REQUEST_BYTES:
-                    span = waiting.popleft()
-                    try:
-                        encoded = otlp.encode_span(span)
-                    except Exception as error:  # one bad span must not lose the batch
-                        log.warning("span %r could not be encoded: %s", span.name, error)
-                        continue
+                    encoded = waiting.popleft()
                     batch.append(encoded)
                     size += len(encoded)
-                if not batch:
-                    continue
                 request = otlp.encode_request(self._resource, self._scope, batch)
                 if self._send(request):
                     self.sent += len(batch)

@@ -77,6 +77,8 @@ _HOST = socket.gethostname()
 # -- spans ------------------------------------------------------------------------------
 
 _tracer: trace.Tracer | None = None  # the global provider's, once one is set (it stays)
+_UNKNOWN = object()
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 _recorder: SpanRecorder | None = None  # Monarch's own, once ENABLE_OTEL_TRACING set it up
 
 
@@ -89,6 +91,12 @@ def active_tracer() -> trace.Tracer | None:
     tracer = _recorder or _tracer
     if tracer is not None:
         return tracer
+    # Until a provider is set, this runs around every endpoint call: the API's
+    # own global says "none yet" in one read, where ``get_tracer_provider``
+    # looks the environment up each time (0.6 µs). A provider named by the
+    # environment is loaded by ``get_tracer_provider``, which sets that global.
+    if getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_FROM_ENV:
+        return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider):
         return None

@@ -72,7 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: Receiver
     protocol_version = "HTTP/1.1"  # connections stay open, as a collector's do
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path.endswith("/v1/traces"):
             self.server.bodies.append(body)
@@ -93,7 +93,9 @@ def run_once(mode: str, receiver: Receiver, quick: bool) -> dict[str, float]:
     for name in [n for n in env if n.startswith(("OTEL_", "ENABLE_OTEL_"))]:
         del env[name]
     if mode == "bare":
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE / "bare"), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(HERE / "bare"), env.get("PYTHONPATH")])
+        )
     if mode == "tracing":
         env.update(
             ENABLE_OTEL_TRACING="1",

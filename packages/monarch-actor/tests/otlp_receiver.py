@@ -55,7 +55,10 @@ def spans_of(body: bytes) -> list[dict]:
                             for e in s.events
                         ],
                         "links": [
-                            (int.from_bytes(link.trace_id, "big"), int.from_bytes(link.span_id, "big"))
+                            (
+                                int.from_bytes(link.trace_id, "big"),
+                                int.from_bytes(link.span_id, "big"),
+                            )
                             for link in s.links
                         ],
                         "status": (s.status.code, s.status.message),

@@ -49,8 +49,10 @@ scalars = (
     | st.integers(min_value=-(2**63), max_value=2**63 - 1)
     | st.floats(allow_nan=False)
 )
-attribute_values = scalars | st.lists(st.text(max_size=5), max_size=3) | st.lists(
-    st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=3
+attribute_values = (
+    scalars
+    | st.lists(st.text(max_size=5), max_size=3)
+    | st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=3)
 )
 attribute_maps = st.dictionaries(st.text(min_size=1, max_size=12), attribute_values, max_size=6)
 
@@ -105,8 +107,19 @@ def test_a_span_decodes_as_opentelemetry_reads_it(
 
 def test_spans_of_one_actor_share_one_encoding_of_its_attributes():
     shared = SharedAttributes({"monarch.actor.name": "a"})
-    first = Record(name="ep", kind=1, trace_id=1, span_id=2, parent_id=None, parent_remote=False,
-                   start_time=1, end_time=2, attributes=shared, extras=None, status=None)
+    first = Record(
+        name="ep",
+        kind=1,
+        trace_id=1,
+        span_id=2,
+        parent_id=None,
+        parent_remote=False,
+        start_time=1,
+        end_time=2,
+        attributes=shared,
+        extras=None,
+        status=None,
+    )
     otlp.encode_span(first)
     shared_key = ("ep", 1, id(shared))
     assert otlp._shared[shared_key].attributes is shared
@@ -303,7 +316,9 @@ def test_spans_go_over_grpc():
         settings = otlp.OtlpSettings.from_environment("grpc")._replace(
             endpoint=receiver.url, headers={"x-team": "ml"}, timeout=5.0
         )
-        recorder = SpanRecorder(None, RandomIdGenerator(), RESOURCE, otlp.sender(settings), delay=3600)
+        recorder = SpanRecorder(
+            None, RandomIdGenerator(), RESOURCE, otlp.sender(settings), delay=3600
+        )
         with recorder.start_as_current_span("outer"):
             recorder.start_span("inner").end()
         assert recorder.flush()
@@ -332,3 +347,11 @@ def test_floats_that_are_not_finite_travel_too(collector):
     span.end()
     assert recorder.flush()
     assert collector.spans[0]["attributes"] == {"inf": math.inf}
+
+
+def test_an_endpoint_that_is_no_url_is_refused_with_the_variables_to_fix():
+    settings = otlp.OtlpSettings.from_environment("http/protobuf")._replace(
+        endpoint="collector:4318/v1/traces"
+    )
+    with pytest.raises(ValueError, match="no http:// or https:// URL.*OTEL_EXPORTER_OTLP"):
+        otlp.sender(settings)

@@ -20,12 +20,12 @@ import monarch_rdma._owner as _owner
 from monarch_actor import Future
 from monarch_actor.extension import Progress, future_from, progress, resolved, shows_progress
 
+from ._backend import RdmaBackend
 from ._config import get_config
 from ._cuda_memory import check_allocator
 from ._handle import Handle
 from ._memory import LocalMemory, as_local_memory
 from ._parallel import workers
-from ._backend import RdmaBackend
 from ._select import choose, run_transfer
 from ._wire import Op
 

@@ -65,7 +65,7 @@ class Instance:
         self.actor_id = actor_id
         self.creator = creator
         self._host = host
-        self._span_attributes: Any = None  # its identity on spans, made by telemetry when first traced
+        self._span_attributes: Any = None  # its identity on spans (telemetry makes it once)
 
     @property
     def proc_mesh(self) -> ProcMesh:

@@ -207,7 +207,9 @@ def encode_event(name: str, at: int, attributes: Mapping[str, Any]) -> Encoded:
     return Encoded(11, payload + _attributes(3, attributes))
 
 
-def encode_link(trace_id: int, span_id: int, remote: bool, attributes: Mapping[str, Any]) -> Encoded:
+def encode_link(
+    trace_id: int, span_id: int, remote: bool, attributes: Mapping[str, Any]
+) -> Encoded:
     """A link of a span (``Span.links``: trace_id 1, span_id 2, attributes 4, flags 6)."""
     payload = _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _MASK64, 0x12, 8, span_id)
     flags = _HAS_IS_REMOTE | (_IS_REMOTE if remote else 0)
@@ -327,6 +329,7 @@ def _http_sender(settings: OtlpSettings) -> Send:
             f"the OTLP/HTTP endpoint {settings.endpoint!r} is no http:// or https:// URL "
             "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT)"
         )
+    host: str = url.hostname
     path = url.path or "/"
     if url.query:
         path += f"?{url.query}"
@@ -350,10 +353,10 @@ def _http_sender(settings: OtlpSettings) -> Send:
     def post(data: bytes, timeout: float) -> int:
         if not connection:
             if context is None:
-                made = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+                made = http.client.HTTPConnection(host, url.port, timeout=timeout)
             else:
                 made = http.client.HTTPSConnection(
-                    url.hostname, url.port, timeout=timeout, context=context
+                    host, url.port, timeout=timeout, context=context
                 )
             connection.append(made)
         current = connection[0]
@@ -381,7 +384,9 @@ def _http_sender(settings: OtlpSettings) -> Send:
                 if 200 <= status < 300:
                     return True
                 retry = status in _RETRY_HTTP
-                why = f"HTTP {status} {http.HTTPStatus(status).phrase if status in _PHRASES else ''}"
+                why = (
+                    f"HTTP {status} {http.HTTPStatus(status).phrase if status in _PHRASES else ''}"
+                )
             except (OSError, http.client.HTTPException) as error:  # refused, reset, timed out
                 retry = True
                 why = f"{type(error).__name__}: {error}"
@@ -394,7 +399,7 @@ def _http_sender(settings: OtlpSettings) -> Send:
 
 
 def _grpc_sender(settings: OtlpSettings) -> Send:
-    import grpc
+    import grpc  # type: ignore[import-untyped]
 
     parsed = urllib.parse.urlparse(settings.endpoint)
     if parsed.scheme in ("http", "https"):

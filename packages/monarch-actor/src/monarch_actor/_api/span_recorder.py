@@ -205,14 +205,15 @@ class RecordedSpan(trace.Span):
         details.update(_cleaned(attributes))
         self.add_event("exception", details, timestamp)
 
-    def end(self, end_time: int | None = None) -> None:  # type: ignore[override]
+    def end(self, end_time: int | None = None) -> None:
         if self.end_time:
             return
         self.end_time = end_time if end_time is not None else time.time_ns()
         self._recorder.finished(self)
 
     def __repr__(self) -> str:
-        return f"RecordedSpan({self.name!r}, trace_id={self.trace_id:032x}, span_id={self.span_id:016x})"
+        ids = f"trace_id={self.trace_id:032x}, span_id={self.span_id:016x}"
+        return f"RecordedSpan({self.name!r}, {ids})"
 
 
 class SpanRecorder(trace.Tracer):
@@ -309,7 +310,9 @@ class SpanRecorder(trace.Tracer):
             span_id,
             parent_id,
             remote,
-            1 if kind is SpanKind.INTERNAL else kind.value + 1,  # the API counts from 0, OTLP from 1
+            1
+            if kind is SpanKind.INTERNAL
+            else kind.value + 1,  # the API counts from 0, OTLP from 1
             attributes if shared else _cleaned(attributes),  # type: ignore[arg-type]
             not shared,
             start_time if start_time is not None else time.time_ns(),
@@ -412,4 +415,3 @@ class SpanRecorder(trace.Tracer):
         self._closed = True
         self._wake.set()
         return delivered
-

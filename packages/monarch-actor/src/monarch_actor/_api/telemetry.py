@@ -39,7 +39,6 @@ from .span_recorder import SharedAttributes, SpanRecorder
 
 if TYPE_CHECKING:
     from .._core.router import Runtime
-    from .context import Instance
 
 __all__ = [
     "active_tracer",
@@ -125,7 +124,7 @@ def actor_attributes() -> dict[str, AttributeValue]:
     if ctx is None:
         return {}
     instance = ctx.actor_instance
-    found = instance._span_attributes
+    found: SharedAttributes | None = instance._span_attributes
     if found is None:
         point = instance.rank
         found = SharedAttributes({

@@ -123,9 +123,11 @@ def test_spans_of_one_actor_share_one_encoding_of_its_attributes():
     otlp.encode_span(first)
     shared_key = ("ep", 1, id(shared))
     assert otlp._shared[shared_key].attributes is shared
-    changed = Record(**{**first.__dict__, "attributes": {"other": 1}})
-    (decoded,) = spans_of(otlp.encode_request({}, "s", [otlp.encode_span(changed)]))
+    kept = len(otlp._shared)
+    own = Record(**{**first.__dict__, "attributes": {"other": 1}})  # one span's own
+    (decoded,) = spans_of(otlp.encode_request({}, "s", [otlp.encode_span(own)]))
     assert decoded["attributes"] == {"other": 1}
+    assert len(otlp._shared) == kept  # nothing kept for it
 
 
 # -- spans on the API -------------------------------------------------------------------
@@ -353,5 +355,5 @@ def test_an_endpoint_that_is_no_url_is_refused_with_the_variables_to_fix():
     settings = otlp.OtlpSettings.from_environment("http/protobuf")._replace(
         endpoint="collector:4318/v1/traces"
     )
-    with pytest.raises(ValueError, match="no http:// or https:// URL.*OTEL_EXPORTER_OTLP"):
+    with pytest.raises(ValueError, match=r"no http:// or https:// URL.*OTEL_EXPORTER_OTLP"):
         otlp.sender(settings)

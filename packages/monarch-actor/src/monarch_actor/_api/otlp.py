@@ -31,6 +31,7 @@ __all__ = [
     "AnyValue",
     "Encoded",
     "OtlpSettings",
+    "SharedAttributes",
     "SpanRecord",
     "encode_request",
     "encode_span",
@@ -130,7 +131,15 @@ _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
 _T7, _T8 = (7 << 3) | _I64, (8 << 3) | _I64
 _SPAN_FIELD = _tag(2, _LEN)  # ScopeSpans.spans
 
-# what recent spans of one (name, kind, attributes) share: endpoint spans
+class SharedAttributes(dict[str, Any]):
+    """Span attributes that are valid and never change once made (an actor's
+    identity): spans keep them by reference, and the encoder encodes them
+    once for all the spans of one name that carry them."""
+
+    __slots__ = ()
+
+
+# what recent spans of one (name, kind, SharedAttributes) share: endpoint spans
 # carry their actor's one attribute dict, so a busy actor's are encoded once
 _SHARED_KEPT = 4096
 
@@ -151,10 +160,12 @@ def _length_prefix(size: int) -> bytes:
 
 def _shared_of(record: SpanRecord) -> _Shared:
     attributes = record.attributes
-    key = (record.name, record.kind, id(attributes))
-    found = _shared.get(key)
-    if found is not None and found.attributes is attributes:
-        return found
+    shared = type(attributes) is SharedAttributes
+    if shared:
+        key = (record.name, record.kind, id(attributes))
+        found = _shared.get(key)
+        if found is not None and found.attributes is attributes:
+            return found
     tail = _string_field(5, record.name) + _tag(6, _VARINT) + _varint(record.kind)
     tail += _attributes(9, attributes)
     found = _Shared(
@@ -163,9 +174,10 @@ def _shared_of(record: SpanRecord) -> _Shared:
         _length_prefix(_HEAD.size + len(tail)),
         _length_prefix(_HEAD_WITH_PARENT.size + len(tail)),
     )
-    if len(_shared) >= _SHARED_KEPT:
-        _shared.clear()
-    _shared[key] = found
+    if shared:  # a span's own attributes are its alone: nothing to keep
+        if len(_shared) >= _SHARED_KEPT:
+            _shared.clear()
+        _shared[key] = found
     return found
 
 

@@ -37,6 +37,7 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import Attributes, AttributeValue
 
 from . import otlp
+from .otlp import SharedAttributes
 
 __all__ = ["RecordedSpan", "SharedAttributes", "SpanRecorder"]
 
@@ -69,14 +70,6 @@ def _cleaned(attributes: Attributes) -> dict[str, AttributeValue]:
         else:
             log.debug("span attribute %r=%r dropped: not a valid attribute value", key, value)
     return kept
-
-
-class SharedAttributes(dict[str, AttributeValue]):
-    """Span attributes that are valid and never change once made (an actor's
-    identity): spans keep them by reference, and the encoder encodes them
-    once for all the spans of one name that carry them."""
-
-    __slots__ = ()
 
 
 class RecordedSpan(trace.Span):
@@ -303,6 +296,7 @@ class SpanRecorder(trace.Tracer):
         elif not sampled:
             return NonRecordingSpan(SpanContext(trace_id, span_id, False, TraceFlags(0)))
         shared = type(attributes) is SharedAttributes
+        otlp_kind = 1 if kind is SpanKind.INTERNAL else kind.value + 1  # OTLP counts from 1
         recorded = RecordedSpan(
             self,
             name,
@@ -310,9 +304,7 @@ class SpanRecorder(trace.Tracer):
             span_id,
             parent_id,
             remote,
-            1
-            if kind is SpanKind.INTERNAL
-            else kind.value + 1,  # the API counts from 0, OTLP from 1
+            otlp_kind,
             attributes if shared else _cleaned(attributes),  # type: ignore[arg-type]
             not shared,
             start_time if start_time is not None else time.time_ns(),

@@ -261,6 +261,19 @@ def test_a_collector_that_is_busy_gets_the_spans_again(collector):
     assert len(collector.requests) == 3
 
 
+def test_a_flush_keeps_to_its_timeout_while_the_collector_stays_busy(collector):
+    collector.answers = [503] * 100
+    settings = otlp.OtlpSettings.from_environment("http/protobuf")._replace(
+        endpoint=f"{collector.url}/v1/traces", timeout=60.0
+    )
+    recorder = SpanRecorder(None, RandomIdGenerator(), RESOURCE, otlp.sender(settings), delay=3600)
+    recorder.start_span("s").end()
+    started = time.monotonic()
+    assert not recorder.flush(timeout=1.0)  # a stopping proc's flush: its time, not the sender's
+    assert time.monotonic() - started < 5
+    assert collector.spans == []
+
+
 def test_a_refused_export_is_logged_and_not_retried(collector, caplog):
     collector.answers = [400]
     recorder = recorder_to(collector.url)

@@ -24,11 +24,10 @@ import struct
 import time
 import urllib.parse
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 __all__ = [
-    "AnyValue",
     "Encoded",
     "OtlpSettings",
     "SharedAttributes",
@@ -39,8 +38,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("monarch.actor.telemetry")
-
-AnyValue = str | bool | int | float | bytes | Sequence[Any]
 
 # -- protobuf wire format ---------------------------------------------------------------
 
@@ -313,16 +310,21 @@ class OtlpSettings(NamedTuple):
         )
 
 
-Send = Callable[[bytes], bool]
+Send = Callable[[bytes, float | None], bool]  # (request, seconds it may take at most)
 
 
 def sender(settings: OtlpSettings) -> Send:
     """A function that delivers one encoded request, retrying what a
-    collector says may pass later within ``settings.timeout``, and says
-    whether it got through (a failure is logged, never raised)."""
+    collector says may pass later, within ``settings.timeout`` or the
+    seconds it is given when fewer, and says whether it got through (a
+    failure is logged, never raised)."""
     if settings.protocol == "grpc":
         return _grpc_sender(settings)
     return _http_sender(settings)
+
+
+def _seconds(timeout: float, within: float | None) -> float:
+    return timeout if within is None else min(timeout, within)
 
 
 def _backoff(attempt: int, deadline: float) -> bool:
@@ -386,9 +388,9 @@ def _http_sender(settings: OtlpSettings) -> Send:
             connection.clear()
         return answer.status
 
-    def send(body: bytes) -> bool:
+    def send(body: bytes, within: float | None = None) -> bool:
         data = compress(body) if compress else body
-        deadline = time.monotonic() + settings.timeout
+        deadline = time.monotonic() + _seconds(settings.timeout, within)
         attempt = 0
         while True:
             try:
@@ -440,8 +442,8 @@ def _grpc_sender(settings: OtlpSettings) -> Send:
     metadata = tuple(settings.headers.items())
     compression = grpc.Compression.Gzip if settings.compression == "gzip" else None
 
-    def send(body: bytes) -> bool:
-        deadline = time.monotonic() + settings.timeout
+    def send(body: bytes, within: float | None = None) -> bool:
+        deadline = time.monotonic() + _seconds(settings.timeout, within)
         attempt = 0
         while True:
             left = max(0.1, deadline - time.monotonic())

@@ -253,7 +253,6 @@ class SpanRecorder(trace.Tracer):
         self._exporting = threading.Lock()  # one export at a time: the thread's or a flush's
         self._closed = False
         self.dropped = 0  # spans that found the queue full
-        self.sent = 0  # spans a collector took
         self._thread = threading.Thread(target=self._run, name="monarch-span-export", daemon=True)
         self._thread.start()
 
@@ -363,8 +362,14 @@ class SpanRecorder(trace.Tracer):
             self._wake.clear()
             self._export_waiting()
 
-    def _export_waiting(self) -> bool:
-        """Send what waits, a batch per request; whether all of it got through."""
+    def _export_waiting(self, deadline: float | None = None) -> bool:
+        """Send what waits, a batch per request, each sent by ``deadline`` (a
+        ``time.monotonic()`` value; the sender's own timeout when ``None``).
+
+        Returns:
+            Whether all of it got through; what a passed deadline left
+            unsent stays queued.
+        """
         delivered = True
         with self._exporting:
             if self.dropped:
@@ -376,6 +381,9 @@ class SpanRecorder(trace.Tracer):
                 self.dropped = 0
             waiting = self._waiting
             while waiting:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
                 batch: list[bytes] = []
                 size = 0
                 while waiting and len(batch) < self._batch and size < REQUEST_BYTES:
@@ -383,23 +391,22 @@ class SpanRecorder(trace.Tracer):
                     batch.append(encoded)
                     size += len(encoded)
                 request = otlp.encode_request(self._resource, self._scope, batch)
-                if self._send(request):
-                    self.sent += len(batch)
-                else:
-                    delivered = False
+                delivered = self._send(request, left) and delivered
         return delivered
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Export every ended span now (in this thread), waiting at most
-        ``timeout`` seconds for an export already under way.
+        """Export every ended span now, in this thread, within ``timeout``
+        seconds (waiting for an export under way included; the sender's own
+        timeout per request when ``None``).
 
         Returns:
-            Whether everything was delivered.
+            Whether everything was delivered in time.
         """
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         if not self._exporting.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False
         self._exporting.release()
-        return self._export_waiting()
+        return self._export_waiting(deadline)
 
     def shutdown(self, timeout: float | None = None) -> bool:
         """Flush, then stop the export thread; spans ended later are dropped."""

@@ -6,10 +6,10 @@ over OTLP/HTTP or OTLP/gRPC, configured by OpenTelemetry's standard
 Why not the SDK's exporters: they encode span by span through the protobuf
 message classes, 20 µs and more per span here, more than handling the message
 the span times. A span of ours is a fixed head (ids, times, flags) packed by
-``struct`` and a tail (name, kind, attributes, events, status, links) that is
-the same for every call of one endpoint of one actor, so it is encoded once
-and reused: protobuf lets a message be written as the concatenation of its
-fields in any order.
+``struct`` and a tail (name, kind, attributes) that is the same for every
+call of one endpoint of one actor, so it is encoded once and reused; events,
+status and links, rare, follow it. Protobuf lets a message be written as the
+concatenation of its fields in any order.
 """
 
 from __future__ import annotations

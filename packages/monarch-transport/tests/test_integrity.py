@@ -7,6 +7,7 @@ a relay that only forwards must go unnoticed."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import struct
@@ -14,7 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from monarch_transport import Address, PeerLeft, Received, Settings
+from monarch_transport import Address, AuthenticationError, PeerLeft, Received, Settings
+from monarch_transport._auth import ClientHandshake, ServerHandshake
 from monarch_transport._integrity import LARGE, PIECE, TAG, Opener, Sealer, derive_key, required
 from monarch_transport._nng import PART_HEAD, NngTransport
 from monarch_transport._socket import SocketTransport
@@ -88,6 +90,9 @@ TAMPERING: dict[str, Callable[[list[bytes], bool], list[bytes]]] = {
     "replay": lambda m, nng: [m[0], m[0], m[1], m[2]],
     "reorder": lambda m, nng: [m[1], m[0], m[2]],
     "inject": lambda m, nng: [forged(m[0], nng), *m],
+    # in one write: the real messages sit in the listener's buffer behind the
+    # forged one, and must not be read once it has failed
+    "inject-burst": lambda m, nng: [b"".join([forged(m[0], nng), *m])],
 }
 DELIVERED = {  # what the listener may hand on, in order
     "relay": [body(0), body(1), body(2)],
@@ -97,6 +102,7 @@ DELIVERED = {  # what the listener may hand on, in order
     "replay": [body(0)],
     "reorder": [],
     "inject": [],
+    "inject-burst": [],
 }
 
 
@@ -164,17 +170,30 @@ async def test_relay_cannot_tamper(transport_cls, attack, caplog):
                 warnings = " ".join(r.getMessage() for r in caplog.records)
                 assert "integrity" in warnings, warnings
                 await out.aclose()
+                # nothing of the closed connection comes after its departure:
+                # the next thing delivered is a fresh sender's
+                direct = await transport.connect(inbox.address, settings)
+                await direct.send([b"marker"])
+                event = await asyncio.wait_for(inbox.receive(), 10)
+                assert isinstance(event, Received)
+                assert b"".join(bytes(f) for f in event.frames) == b"marker"
+                await direct.aclose()
             assert got == DELIVERED[attack]
 
 
 @pytest.mark.parametrize("transport_cls", [SocketTransport, NngTransport], ids=["socket", "nng"])
-async def test_unsealed_data_is_refused_where_sealing_is_demanded(transport_cls, caplog):
+@pytest.mark.parametrize("listen_mode", ["always", "auto"])
+async def test_unsealed_data_is_refused_where_sealing_is_demanded(
+    transport_cls, listen_mode, caplog
+):
     """A relay cannot strip the seal: a listener that demands it closes on
-    the first unsealed message, whatever the sender thinks."""
+    the first unsealed message, whatever the sender thinks. With the default
+    (``auto``) this holds on loopback too: the relay here connects from
+    127.0.0.1, as any local user can, and the sender does not seal at all."""
     nng = transport_cls is NngTransport
     transport = transport_cls()
     caplog.set_level(logging.WARNING, logger="monarch.transport")
-    listening = Settings(secret=SECRET, integrity="always")
+    listening = Settings(secret=SECRET, integrity=listen_mode)
     async with await transport.listen(Address.parse("tcp://127.0.0.1:0"), listening) as inbox:
 
         def strip(messages, nng):  # an unsealed message in place of the first
@@ -184,7 +203,7 @@ async def test_unsealed_data_is_refused_where_sealing_is_demanded(transport_cls,
         relay, port = await start_relay(inbox.address, nng, strip)
         async with relay:
             out = await transport.connect(
-                Address.parse(f"tcp://127.0.0.1:{port}"), Settings(secret=SECRET)
+                Address.parse(f"tcp://127.0.0.1:{port}"), Settings(secret=SECRET, integrity="off")
             )
             for n in range(3):
                 await out.send([f"m{n}".encode()])
@@ -198,14 +217,15 @@ async def test_unsealed_data_is_refused_where_sealing_is_demanded(transport_cls,
 @pytest.mark.parametrize("mode", ["always", "auto", "off"])
 async def test_modes_talk_to_each_other(transport_cls, mode):
     """Any mode on the sender works with any on the listener: the listener
-    says in its WELCOME whether it demands seals."""
+    says in its WELCOME whether it demands seals. Over TCP, loopback
+    included, only ``off`` on both ends goes without tags."""
     transport = transport_cls()
     for listen_mode in ("always", "auto", "off"):
         listening = Settings(secret=SECRET, integrity=listen_mode)
         async with await transport.listen(Address.parse("tcp://127.0.0.1:0"), listening) as inbox:
             out = await transport.connect(inbox.address, Settings(secret=SECRET, integrity=mode))
             sealed = out._sealer is not None
-            assert sealed == (mode == "always" or listen_mode == "always")
+            assert sealed == (mode != "off" or listen_mode != "off")
             await out.send([b"x" * 100, b"y" * (1 << 17)])
             event = await asyncio.wait_for(inbox.receive(), 10)
             assert isinstance(event, Received)
@@ -213,19 +233,42 @@ async def test_modes_talk_to_each_other(transport_cls, mode):
             await out.aclose()
 
 
-def test_policy():
-    assert required("auto", "tcp", "10.0.0.5")
-    assert required("auto", "tcp", "*")
-    assert required("auto", "tcp", "example.org")
-    assert not required("auto", "tcp", "127.0.0.1")
-    assert not required("auto", "tcp", "::1")
-    assert not required("auto", "tcp", "::ffff:127.0.0.1")
-    assert not required("auto", "tls", "10.0.0.5")
-    assert not required("auto", "ipc", "")
-    assert required("always", "ipc", "")
+def test_policy(tmp_path):
+    """Decided by each end's own address and transport, never the peer's."""
+    for host in ("10.0.0.5", "*", "example.org", "127.0.0.1", "::1", "::ffff:127.0.0.1"):
+        assert required("auto", "tcp", host)
+    assert not required("auto", "tls", "")
+    assert not required("auto", "inproc", "")
+    private = tmp_path / "job"
+    private.mkdir(mode=0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    assert not required("auto", "ipc", str(private / "a.sock"))
+    assert required("auto", "ipc", str(shared / "a.sock"))
+    assert required("auto", "ipc", "relative.sock")
+    assert required("auto", "ipc", str(tmp_path / "missing" / "a.sock"))
+    assert required("always", "ipc", str(private / "a.sock"))
     assert not required("off", "tcp", "10.0.0.5")
     with pytest.raises(Exception, match="integrity"):
         Settings(secret=SECRET, integrity="sometimes")
+
+
+def test_the_demand_for_tags_is_covered_by_the_handshake():
+    """A relay that flips WELCOME's flag (to turn the listener's demand off,
+    or on) is caught by the client: the flag is under a MAC."""
+    for seal in (True, False):
+        server = ServerHandshake(SECRET, seal=seal)
+        client = ClientHandshake(SECRET)
+        proof = client.answer(*server.step(*client.hello()))
+        kind, welcome = server.step(*proof)
+        flipped = bytes([welcome[0] ^ 1]) + welcome[1:]
+        with pytest.raises(AuthenticationError, match="WELCOME"):
+            ClientHandshake.check(copy.copy(client), kind, flipped)
+        with pytest.raises(AuthenticationError, match="WELCOME"):
+            ClientHandshake.check(copy.copy(client), kind, welcome[:1])
+        client.check(kind, welcome)
+        assert client.seal_requested is seal
 
 
 def test_sealer_and_opener_agree_and_catch_every_change():

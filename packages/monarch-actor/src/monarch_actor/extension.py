@@ -6,7 +6,9 @@ the lifecycle events of actors and processes (``subscribe(callback)``:
 each ``monarch_supervision.LifecycleEvent`` of this process, on the thread
 that saw it; callbacks must be quick), what a process is doing
 (``inspect_process``, for the mesh admin), and progress lines for long
-waits (``progress``, ``shows_progress``).
+waits (``progress``, ``shows_progress``), and files only this user may
+read (``private_dir``, ``check_private``, ``publish_record``/``read_records``:
+where a job leaves what its user's tools need to reach it).
 
 Examples:
     >>> import concurrent.futures
@@ -28,24 +30,42 @@ from ._api.mesh_ops import MeshOps
 from ._core.extensions import EXTENSION_GROUP, extension, transform_arguments
 from ._core.future import Future
 from ._core.lifecycle import subscribe, unsubscribe
+from ._core.private import (
+    PrivateFileError,
+    check_private,
+    private_dir,
+    publish_record,
+    read_private,
+    read_records,
+    remove_record,
+    write_private,
+)
 from ._core.process import maybe_runtime
 from ._core.progress import Progress, progress, shows_progress
 
 __all__ = [
     "EXTENSION_GROUP",
     "MeshOps",
+    "PrivateFileError",
     "Progress",
     "alias_parts",
+    "check_private",
     "extension",
     "future_from",
     "inspect_process",
+    "private_dir",
     "process_address",
     "progress",
+    "publish_record",
+    "read_private",
+    "read_records",
+    "remove_record",
     "resolved",
     "shows_progress",
     "subscribe",
     "transform_arguments",
     "unsubscribe",
+    "write_private",
 ]
 
 T = TypeVar("T")

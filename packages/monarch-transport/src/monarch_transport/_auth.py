@@ -6,12 +6,14 @@ bound to nonces of both sides, so a recorded handshake cannot be replayed:
     client -> HELLO      client nonce, client name
     server -> CHALLENGE  server nonce, HMAC(secret, "server" | client nonce | server nonce)
     client -> PROOF      HMAC(secret, "client" | server nonce | client nonce)
-    server -> WELCOME    flags (or DENIED with the reason, then it closes)
+    server -> WELCOME    flags, HMAC(secret, "welcome" | client nonce | server nonce | flags)
+                         (or DENIED with the reason, then it closes)
 
 Until WELCOME the server accepts nothing but these steps, so no byte of an
 unauthenticated peer ever reaches the codec. Both sides then hold the same
 per-connection key (``_integrity.derive_key``); WELCOME's flag byte says
-whether the listener demands that messages be sealed with it.
+whether the listener demands that messages be sealed with it, under a MAC of
+its own, so a relay cannot turn the demand off (or on).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ NONCE = 16
 PROOF = hashlib.sha256().digest_size
 MAX_NAME = 256
 SEAL = b"\x01"  # WELCOME's flag: seal every message
+NO_SEAL = b"\x00"
 
 
 _making = threading.Lock()
@@ -112,7 +115,8 @@ class ServerHandshake:
         if not hmac.compare_digest(payload, expected):
             raise AuthenticationError("peer does not know this job's secret")
         self.done = True
-        return Kind.WELCOME, SEAL if self.seal else b""
+        flags = SEAL if self.seal else NO_SEAL
+        return Kind.WELCOME, flags + _mac(self.secret, b"welcome", self._hello, self.nonce + flags)
 
 
 @dataclass
@@ -155,7 +159,14 @@ class ClientHandshake:
 
     def check(self, kind: int, payload: bytes | memoryview) -> None:
         if kind == Kind.WELCOME:
-            self.seal_requested = bytes(payload[:1]) == SEAL
+            payload = bytes(payload)
+            flags, tag = payload[:1], payload[1:]
+            expected = _mac(self.secret, b"welcome", self.hello()[1], self._server_nonce + flags)
+            if flags not in (SEAL, NO_SEAL) or not hmac.compare_digest(tag, expected):
+                raise AuthenticationError(
+                    "the listener's WELCOME failed its check: something on the path altered it"
+                )
+            self.seal_requested = flags == SEAL
             return
         if kind == Kind.DENIED:
             raise AuthenticationError(

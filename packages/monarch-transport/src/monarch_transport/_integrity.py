@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
+import os
 import struct
 from collections.abc import Sequence
 from typing import Final
@@ -48,6 +48,7 @@ __all__ = [
     "Sealer",
     "default_mode",
     "derive_key",
+    "private_folder",
     "required",
 ]
 
@@ -78,36 +79,51 @@ def default_mode() -> str:
     return INTEGRITY.get()
 
 
-def required(mode: str, scheme: str, host: str) -> bool:
-    """Whether a listener demands sealed messages from a peer reached over
-    ``scheme`` at ``host`` (the peer's address, or the listening one).
+def required(mode: str, scheme: str, where: str = "") -> bool:
+    """Whether an end of a connection seals (or demands sealed) messages, by
+    what that end knows of its own connection: the address it listens on or
+    dialed, never the peer's source address (any local user can connect from
+    127.0.0.1).
 
-    ``auto`` spares TLS (it has its own integrity), Unix sockets and loopback
-    TCP: on those only processes of this host are on the path, and
-    docs/concepts/transports.md says why a MAC adds little against them.
+    ``auto`` spares TLS (it has its own integrity), in-process connections,
+    and Unix sockets whose folder only this user may enter (the job's 0700
+    folder: no other user can connect, so no relay can sit between). Every
+    TCP connection is sealed, loopback included: another local user can
+    listen on a port a job process dials by mistake and relay it.
 
     Args:
         mode: ``"always"``, ``"auto"`` or ``"off"`` (``Settings.integrity``).
         scheme: the address's scheme: ``"tcp"``, ``"tls"``, ``"ipc"`` or ``"inproc"``.
-        host: the address's host; loopback addresses and ``localhost`` count as
-            local, names and wildcards do not.
+        where: for ``ipc``, the socket's path (its folder is checked); else unused.
+
+    Returns:
+        Whether messages on the connection carry tags.
     """
     if mode == "always":
         return True
-    if mode == "off" or scheme in ("tls", "ipc", "inproc"):
+    if mode == "off" or scheme in ("tls", "inproc"):
         return False
-    return not _is_loopback(host)
+    if scheme == "ipc":
+        return not private_folder(where)
+    return True
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+def private_folder(path: str) -> bool:
+    """Whether the Unix socket at ``path`` lies in a folder of this user's
+    that no other user may enter or write (mode 0700 or stricter); an
+    abstract or relative name, or a folder that cannot be looked at, is not.
+
+    Args:
+        path: the socket's path.
+    """
+    folder = os.path.dirname(path)
+    if not path.startswith("/") or not folder:
+        return False
     try:
-        address = ipaddress.ip_address(host.strip("[]").partition("%")[0])
-    except ValueError:
-        return False  # a name or a wildcard: it may be reached from anywhere
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+        info = os.stat(folder)
+    except OSError:
+        return False
+    return info.st_uid == os.geteuid() and not info.st_mode & 0o077
 
 
 def derive_key(

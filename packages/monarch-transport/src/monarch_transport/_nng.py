@@ -94,6 +94,7 @@ class _Pipe:
     opener: Opener | None = None  # once authenticated
     partial: bytearray | None = None  # a message arriving in pieces
     expected: int = 0  # its length
+    rejected: bool = False  # closed by us: nothing more of it is read
 
 
 class NngListener(QueuedListener):
@@ -106,9 +107,9 @@ class NngListener(QueuedListener):
         self._gone: set[int] = set()
         self._leaving: set[int] = set()  # departures waiting for their grace read
         self._closed = False
-        # nng gives no pipe's address reliably, so sealing is decided by the
-        # listening one: a loopback listener has loopback peers only
-        self._seal = required(settings.integrity, address.scheme, address.host)
+        # decided by the listening address, never by a peer's (any local user
+        # can connect from 127.0.0.1)
+        self._seal = required(settings.integrity, address.scheme, address.path or "")
         self._sock = pynng.Pair1(
             polyamorous=True,
             recv_max_size=PIECE + (1 << 12),  # a piece, its head and nng's own
@@ -212,8 +213,8 @@ class NngListener(QueuedListener):
     def _handle(self, msg: pynng.Message) -> bool:
         """Act on one message; whether the event queue is now full."""
         state = self._state(msg.pipe)
-        if state is None:
-            return False
+        if state is None or state.rejected:
+            return False  # messages queued behind one that closed the pipe are dropped
         data = msg.bytes
         if data[:1] == bytes([Kind.PART]) or state.partial is not None:
             whole = self._piece(state, data)
@@ -301,6 +302,7 @@ class NngListener(QueuedListener):
             self._sock.send_msg(msg)
 
     def _reject(self, state: _Pipe, why: str) -> None:
+        state.rejected = True
         who = state.peer or "an unauthenticated peer"
         log.warning("closing the connection of %s on %s: %s", who, self.address, why)
         _close_pipe(state.pipe)
@@ -520,7 +522,9 @@ class NngTransport(Transport):
 
     async def connect(self, address: Address, settings: Settings) -> Sender:
         sock, client = await anyio.to_thread.run_sync(_dial_and_authenticate, address, settings)
-        seal = client.seal_requested or settings.integrity == "always"
+        seal = client.seal_requested or required(
+            settings.integrity, address.scheme, address.path or ""
+        )
         return NngSender(address, settings, sock, Sealer(client.key) if seal else None)
 
 

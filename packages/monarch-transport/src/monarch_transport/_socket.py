@@ -69,6 +69,12 @@ class _Framer:
         self._head: tuple[int, list[int], list[memoryview]] | None = None
         self._direct: memoryview | None = None  # a large frame being filled in place
         self._filled = 0
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Parse nothing more: bytes buffered behind a message that closed the
+        connection (one that failed its integrity check, say) are never read."""
+        self._stopped = True
 
     def limit(self, max_size: int, max_frames: int, kinds: frozenset[int] | None) -> None:
         """What the next messages may be. Checked as soon as each byte that
@@ -84,6 +90,8 @@ class _Framer:
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._stopped:
+            return
         if self._direct is not None:
             self._filled += nbytes
             if self._filled < len(self._direct):
@@ -112,7 +120,7 @@ class _Framer:
         return False
 
     def _parse(self) -> None:
-        while True:
+        while not self._stopped:
             if self._head is None:
                 if (
                     self._kinds is not None
@@ -234,6 +242,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def close(self, reason: str) -> None:
         """End the connection now; ``on_lost`` hears ``reason``."""
+        self.framer.stop()
         if self.reason is None:
             self.reason = reason
             self.on_lost(reason)
@@ -291,6 +300,7 @@ class SocketListener(QueuedListener):
         self._unauthenticated = 0  # connections still in their handshake
         self._server: asyncio.Server | None = None
         self._closed = False
+        self._seal = True  # settled by start(), from the address bound
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -298,6 +308,7 @@ class SocketListener(QueuedListener):
         self._server = await loop.create_server(self._accept, sock=sock, ssl=context)
         if self.address.family == "tcp":
             self.address = self.address.with_port(sock.getsockname()[1])
+        self._seal = _seals(self._settings, self.address)
 
     def _accept(self) -> _Connection:
         # until it authenticates a peer may send only the handshake's steps,
@@ -314,7 +325,7 @@ class SocketListener(QueuedListener):
             )
             return conn
         self._unauthenticated += 1
-        handshake = ServerHandshake(self._settings.secret)
+        handshake = ServerHandshake(self._settings.secret, seal=self._seal)
         peer: Peer | None = None
         opener: Opener | None = None
         loop = asyncio.get_running_loop()
@@ -360,7 +371,6 @@ class SocketListener(QueuedListener):
                 )
             else:
                 conn.framer.limit(HANDSHAKE_MAX, 1, frozenset({Kind.PROOF}))
-                handshake.seal = _demands_seal(self._settings, conn)
 
         def on_lost(reason: str) -> None:
             deadline.cancel()
@@ -397,21 +407,6 @@ class SocketListener(QueuedListener):
             with contextlib.suppress(OSError):
                 os.unlink(self.address.path)
         self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
-
-
-def _demands_seal(settings: Settings, conn: _Connection) -> bool:
-    """Whether this listener demands sealed messages on ``conn``: by the
-    peer's real address, so a loopback peer of a wildcard listener is spared
-    and a remote one is not."""
-    transport = conn.transport
-    if transport is None:
-        return True
-    if transport.get_extra_info("sslcontext") is not None:
-        return required(settings.integrity, "tls", "")
-    peer = transport.get_extra_info("peername")
-    if not isinstance(peer, tuple):  # a Unix socket's peer is a path (or empty)
-        return required(settings.integrity, "ipc", "")
-    return required(settings.integrity, "tcp", str(peer[0]))
 
 
 class SocketSender(Sender):
@@ -661,7 +656,7 @@ class SocketTransport(Transport):
         except BaseException:
             conn.close("handshake failed")
             raise
-        seal = client.seal_requested or settings.integrity == "always"
+        seal = client.seal_requested or _seals(settings, address)
         return SocketSender(address, settings, conn, Sealer(client.key) if seal else None)
 
 
@@ -679,6 +674,12 @@ def _ssl_context(address: Address, settings: Settings, *, server: bool) -> ssl.S
     except (OSError, ssl.SSLError) as error:
         raise TransportError(f"cannot load the TLS files for {address}: {error}") from error
     return context
+
+
+def _seals(settings: Settings, address: Address) -> bool:
+    """Whether this end seals (or demands sealed) messages on a connection it
+    has to ``address``: by its own address and transport, never the peer's."""
+    return required(settings.integrity, address.scheme, address.path or "")
 
 
 def _one(step: tuple[int, bytes]) -> tuple[int, list[bytes], int]:

@@ -118,10 +118,61 @@ def test_dump_is_private_and_round_trips(in_tmp):
 def test_loading_something_that_is_not_a_job_says_so(in_tmp):
     with open("x.pkl", "wb") as f:
         pickle.dump({"a": 1}, f)
+    os.chmod("x.pkl", 0o600)
     with pytest.raises(TypeError, match=r"x\.pkl: the data holds a dict, not a job"):
         job_load("x.pkl")
     with pytest.raises(FileNotFoundError):
         job_load("missing.pkl")
+
+
+class Planted:
+    """What another user leaves in a shared working folder: unpickling it runs code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def plant(path, marker, *, mode=0o600, owner=None):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(pickle.dumps(Planted(marker)))
+    os.chmod(path, mode)
+    if owner is not None:
+        os.chown(path, owner, owner)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_job_cache_another_user_planted_is_never_unpickled(in_tmp, caplog):
+    marker = in_tmp / "ran"
+    plant(DEFAULT_JOB_PATH, marker, owner=65534)
+    with pytest.raises(PermissionError, match="belongs to uid 65534"):
+        job_load()
+    ledger = in_tmp / "ledger"
+    Ledger(ledger).state()  # ignored with a warning; a fresh job is applied
+    assert events(ledger) == ["create 1", "state 1"]
+    assert "belongs to uid 65534" in caplog.text
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o666, 0o620])
+def test_a_job_file_others_may_read_or_write_is_refused(in_tmp, mode):
+    marker = in_tmp / "ran"
+    plant("job.pkl", marker, mode=mode)
+    with pytest.raises(PermissionError, match=f"has mode {mode:04o}"):
+        job_load("job.pkl")
+    assert not marker.exists()
+
+
+def test_a_job_file_in_a_folder_others_may_write_is_refused(in_tmp):
+    marker = in_tmp / "ran"
+    plant("shared/job.pkl", marker)
+    os.chmod("shared", 0o777)  # anyone could have swapped the file in
+    with pytest.raises(PermissionError, match="the folder of the job file"):
+        job_load("shared/job.pkl")
+    assert not marker.exists()
 
 
 def test_job_state_names_its_meshes():

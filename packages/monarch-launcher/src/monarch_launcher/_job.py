@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from monarch_actor import HostMesh, this_host
+from monarch_actor.extension import check_private, read_private
 
 from ._errors import Unsupported
 from ._observe import MeshAdminConfig, TelemetryConfig, start_observers
@@ -295,15 +296,16 @@ class JobTrait(ABC):
     def dump(self, path: str) -> None:
         """Save this job to a file, which ``job_load`` reads back.
 
-        Keep the file private: a running job holds the secret its workers
-        accept.
+        The file is readable by this user only (mode 0600): a running job
+        holds the secret its workers accept. ``job_load`` refuses a file that
+        is not this user's alone.
 
         Args:
             path: the file to write; a symlink there is followed and missing
                 folders are created.
         """
         target = os.path.realpath(path)
-        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        os.makedirs(os.path.dirname(target) or ".", mode=0o700, exist_ok=True)
         data = self.dumps()
         fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=".job-")
         try:
@@ -400,7 +402,10 @@ def job_loads(data: bytes) -> JobTrait:
 def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
     """Read back the job ``JobTrait.dump()`` saved to a file.
 
-    Unpickling runs code: load only your own files.
+    Unpickling runs code, so the file is read only when it is this user's
+    alone: owned by this user, readable and writable by no one else, in a
+    folder no one else may write (a file another user planted in a shared
+    working folder is refused, never unpickled).
 
     Args:
         filename: the file to read; by default the cache ``state()`` writes.
@@ -410,10 +415,14 @@ def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
 
     Raises:
         FileNotFoundError: there is no such file.
+        PermissionError: the file or its folder is not this user's alone
+            (``monarch_actor.extension.PrivateFileError``; the message says
+            how to fix it).
         TypeError: the file holds something other than a job.
     """
-    with open(filename, "rb") as f:
-        data = f.read()
+    folder = os.path.dirname(os.path.realpath(filename))
+    check_private(folder, "the folder of the job file", secret=False)
+    data = read_private(filename, "the job file")
     try:
         return job_loads(data)
     except TypeError as error:

@@ -23,7 +23,9 @@ from typing import Any
 from monarch_mesh import Shape, Slice
 from monarch_transport import SECRET_ENV, TLS_ENV, Address, default_listen_address, listen
 
+from .._core.config import INSECURE_PUBLIC_SECRET
 from .._core.future import Future
+from .._core.private import read_private
 from .._core.process import get_runtime, maybe_runtime
 from .._core.router import Runtime
 from .._procs.remote import RemoteAgent, RemoteAgents
@@ -36,6 +38,7 @@ __all__ = [
     "attach_to_workers",
     "configure_security",
     "alias_parts",
+    "secret_from_file",
     "split_alias",
 ]
 
@@ -52,23 +55,21 @@ def configure_security(ca: Any, private_key: Any) -> bool:
     when connections across hosts use TLS.
 
     ``ca="trust_all_connections"``: the job's secret (``$MONARCH_JOB_SECRET``,
-    or the file ``$MONARCH_JOB_SECRET_FILE`` names) is what peers prove; with
-    neither set, a public one, with a warning (anyone who reaches a worker's
-    port can then run code on it). Otherwise ``ca`` is the certificate
-    authority (PEM bytes or a file) that signed every side's certificate, and
-    ``private_key`` this side's certificate and key (PEM bytes or a file
-    holding both): connections across hosts are mutual TLS (``tls+tcp://``).
+    or the file ``$MONARCH_JOB_SECRET_FILE`` names, which must be this user's
+    alone) is what peers prove; with neither set and no certificates, this
+    refuses, unless ``$MONARCH_INSECURE_PUBLIC_SECRET`` asks for a public one
+    (anyone who reaches a worker's port can then run code on it). Otherwise
+    ``ca`` is the certificate authority (PEM bytes or a file) that signed every
+    side's certificate, and ``private_key`` this side's certificate and key
+    (PEM bytes or a file holding both): connections across hosts are mutual
+    TLS (``tls+tcp://``).
     """
     tls = _configure_tls(ca, private_key)
     if os.environ.get(SECRET_ENV):
         return tls
     path = os.environ.get(SECRET_FILE_ENV)
     if path:
-        try:
-            text = Path(path).read_text().strip()
-        except OSError as error:
-            raise ValueError(f"{SECRET_FILE_ENV}={path!r} cannot be read: {error}") from None
-        os.environ[SECRET_ENV] = text
+        os.environ[SECRET_ENV] = secret_from_file(path)
         return tls
     if maybe_runtime() is not None:
         raise RuntimeError(
@@ -77,14 +78,36 @@ def configure_security(ca: Any, private_key: Any) -> bool:
             "in the environment of the workers and of this script"
         )
     if not tls:  # with TLS, the certificates keep strangers out
+        if not INSECURE_PUBLIC_SECRET.get():
+            raise RuntimeError(
+                f"ca={TRUST_ALL!r} with no job secret would let anyone who can reach these "
+                f"ports run code here. Set {SECRET_ENV} (32+ hex digits, e.g. from "
+                "`python -c 'import secrets; print(secrets.token_hex(32))'`) or "
+                f"{SECRET_FILE_ENV} (a file of yours, mode 0600) the same on every host and in "
+                "the script; or pass certificates (ca=, private_key=). On a network no one else "
+                f"can reach, {INSECURE_PUBLIC_SECRET.env[0]}=1 accepts a public secret instead"
+            )
         warnings.warn(
-            f"ca={TRUST_ALL!r} with no job secret: anyone who can reach these ports can run "
-            f"code here. Set {SECRET_ENV} (32+ hex digits) or {SECRET_FILE_ENV} on every host "
-            "to keep them out, or pass certificates (ca=, private_key=)",
+            f"ca={TRUST_ALL!r} with no job secret and {INSECURE_PUBLIC_SECRET.env[0]} set: "
+            "anyone who can reach these ports can run code here",
             stacklevel=3,
         )
     os.environ[SECRET_ENV] = _PUBLIC_SECRET
     return tls
+
+
+def secret_from_file(path: str) -> str:
+    """The job's secret (hex) from ``path``, once the file passes
+    ``check_private``: this user's, and no one else may read or write it.
+
+    Raises:
+        ValueError: the file cannot be read, or it is not this user's alone
+            (the message says how to fix it).
+    """
+    try:
+        return read_private(path, SECRET_FILE_ENV).decode().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{SECRET_FILE_ENV}={path!r} cannot be read: {error}") from None
 
 
 def _configure_tls(ca: Any, private_key: Any) -> bool:

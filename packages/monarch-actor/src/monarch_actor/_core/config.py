@@ -9,6 +9,7 @@ from monarch_config import Bool, Choice, Duration, Int, Text, declare
 from monarch_supervision import DEFAULT_HEARTBEAT_DEADLINE
 
 __all__ = [
+    "INSECURE_PUBLIC_SECRET",
     "PRELOAD",
     "PROGRESS",
     "attach_timeout",
@@ -106,6 +107,18 @@ PRELOAD = declare(
     doc="Modules each host's fork server imports before forking procs, so every "
     "proc starts with them: `auto` is torch when the script has imported it, "
     "`none` is nothing.",
+    owner=_OWNER,
+)
+
+INSECURE_PUBLIC_SECRET = declare(
+    "insecure_public_secret",
+    Bool(),
+    False,
+    env="MONARCH_INSECURE_PUBLIC_SECRET",
+    doc="Let `ca=\"trust_all_connections\"` with no job secret and no certificates fall "
+    "back to a public secret (as Monarch runs with no authentication at all): anyone who "
+    "can reach a worker's port can then run code on its host. Off, such a worker or "
+    "`attach_to_workers` refuses to start and says what to set.",
     owner=_OWNER,
 )
 

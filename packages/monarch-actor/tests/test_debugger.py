@@ -244,13 +244,21 @@ def test_an_actor_class_that_travels_by_value_shows_its_source(procs, client):
     local.stop().get(timeout=WAIT)
 
 
-def test_a_new_client_takes_over_and_a_quit_leaves_sessions_in_place(procs, server):
+def test_a_second_client_is_refused_unless_it_takes_over_and_quit_leaves_sessions(procs, server):
     debugee = procs.spawn("takeover", Debugee)
     result = debugee.slice(gpus=0).to_debug.call_one(2)
     stopped(1)
     first = DebugClient("127.0.0.1", server, timeout=WAIT)
     attach(first, "takeover", 0)
-    with DebugClient("127.0.0.1", server, timeout=WAIT) as second:
+    # a second client is refused, and says how to replace the first; the first goes on
+    with pytest.raises(
+        DebugConnectionError,
+        match=rf"another monarch debug client is attached \(since .*, pid {os.getpid()} on .*, "
+        r"peer 127\.0\.0\.1:\d+\); pass --takeover",
+    ):
+        DebugClient("127.0.0.1", server, timeout=WAIT)
+    assert send(first, "p 2 + 2") == "4\n" and first.prompt == "(Pdb) "
+    with DebugClient("127.0.0.1", server, timeout=WAIT, takeover=True) as second:
         assert "Another `monarch debug` attached" in first.send("p 1", timeout=WAIT)
         assert first.closed
         assert "Leaving the debugger" in send(second, "quit")
@@ -276,7 +284,7 @@ def test_a_session_whose_process_dies_goes_away(client, failures):
     procs.stop().get(timeout=WAIT)
 
 
-def test_a_server_beyond_loopback_asks_for_the_job_secret():
+def test_a_server_beyond_loopback_asks_for_the_job_secret(tmp_path):
     with monarch_config.configured(debug_server_host="0.0.0.0", debug_server_port=0):
         guarded = this_proc().spawn("guarded_debug_controller", DebugController)
         host, port = guarded.server_address.call_one().get(timeout=WAIT)
@@ -294,7 +302,9 @@ def test_a_server_beyond_loopback_asks_for_the_job_secret():
             print(error)
         """
     )
+    # no secret in the environment, and no record of the program's (another state folder)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONARCH_JOB_SECRET")}
+    env["MONARCH_STATE_DIR"] = str(tmp_path / "state")
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=WAIT
     )

@@ -2,7 +2,8 @@
 ``chromium-driver``) over a real job: the page shows the job's processes and
 actors in its tables and its graph, an actor that fails shows as failed with
 its reason, the explorer shows one entity, the page says when the server is
-gone, and off loopback it forwards its token to the API."""
+gone; it takes the token from the printed URL's fragment, out of the address
+bar, and sends it in a header to the API, on loopback and off it."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def job() -> Iterator[Job]:
 @pytest.fixture
 def dashboard(capsys: pytest.CaptureFixture[str]) -> Iterator[AdminServer]:
     server = enable_dashboard(0)
-    assert capsys.readouterr().out == f"Monarch Dashboard: {server.url}\n"
+    assert capsys.readouterr().out == f"Monarch Dashboard: {server.url}/#token={server.token}\n"
     yield server
     disable_admin()
 
@@ -189,8 +190,10 @@ def test_the_page_shows_the_job_and_an_actor_failing_with_its_reason(
     failures: list[Any],
 ) -> None:
     trainers = job.trainers
-    browser.get(dashboard.url)
+    browser.get(dashboard.dashboard_url)
     assert browser.title == "Monarch Dashboard"
+    # the token left the address bar (history, screenshots) for this tab's storage
+    assert browser.current_url.partition("#")[::2] == (f"{dashboard.url}/", "overview")
 
     # overview: the counts, each actor with its counters, and the activity plot
     shown = until(
@@ -300,7 +303,7 @@ def test_the_page_shows_the_job_and_an_actor_failing_with_its_reason(
 def test_the_page_says_when_the_server_cannot_be_reached(job: Job, browser: WebDriver) -> None:
     server = enable_admin("127.0.0.1:0", quiet=True)
     try:
-        browser.get(server.url)
+        browser.get(server.dashboard_url)
         until(browser, lambda d: len(rows_of(d, TRAINERS)) == 2, "the trainers")
         assert not browser.find_element(By.ID, "banner").is_displayed()
     finally:
@@ -331,13 +334,49 @@ def test_the_page_says_when_the_server_cannot_be_reached(job: Job, browser: WebD
     assert again.port == server.port
 
 
+def fresh_tab(driver: WebDriver) -> None:
+    """A new tab: its sessionStorage holds no token yet."""
+    driver.switch_to.new_window("tab")
+
+
+def test_without_the_token_the_page_says_how_to_get_it(job: Job, browser: WebDriver) -> None:
+    server = enable_admin("127.0.0.1:0", quiet=True)
+    try:
+        fresh_tab(browser)
+        browser.get(f"{server.url}/")
+        banner = until(
+            browser,
+            lambda d: (b := d.find_element(By.ID, "banner")).is_displayed() and b.text,
+            "that the server wants the token",
+        )
+        assert "needs the job's token" in banner and "#token=" in banner, banner
+        assert text_of(browser, "#conn") == "unauthorized"
+        assert not rows_of(browser, TRAINERS)
+        # a query token is not taken: it would sit in history and server logs
+        browser.get(f"{server.url}/?token={server.token}")
+        until(browser, lambda d: text_of(d, "#conn") == "unauthorized", "still no access")
+        # the printed link, pasted into the same tab: the page picks the token up
+        browser.get(server.dashboard_url)
+        until(browser, lambda d: len(rows_of(d, TRAINERS)) == 2, "the trainers")
+        assert server.token not in browser.current_url
+        # reloaded without the fragment, the tab still has its token
+        browser.get(f"{server.url}/#overview")
+        until(browser, lambda d: len(rows_of(d, TRAINERS)) == 2, "the trainers after reload")
+        assert text_of(browser, "#conn") == "live"
+    finally:
+        disable_admin()
+        browser.close()
+        browser.switch_to.window(browser.window_handles[0])
+
+
 def test_off_loopback_the_page_forwards_its_token(job: Job, browser: WebDriver) -> None:
     server = enable_admin("0.0.0.0:0", quiet=True)
     try:
+        fresh_tab(browser)
         page = f"http://127.0.0.1:{server.port}/"
         browser.get(page)
-        assert "needs the job's token" in browser.find_element(By.TAG_NAME, "body").text
-        browser.get(f"{page}?token={admin_token()}")
+        until(browser, lambda d: "needs the job's token" in text_of(d, "#banner"), "the 401")
+        browser.get(f"{page}#token={admin_token()}")
         until(
             browser,
             lambda d: len(rows_of(d, TRAINERS)) == 2,
@@ -345,5 +384,8 @@ def test_off_loopback_the_page_forwards_its_token(job: Job, browser: WebDriver) 
         )
         assert text_of(browser, "#conn") == "live"
         assert not browser.find_element(By.ID, "banner").is_displayed()
+        assert browser.current_url.partition("#")[::2] == (page, "overview")
     finally:
         disable_admin()
+        browser.close()
+        browser.switch_to.window(browser.window_handles[0])

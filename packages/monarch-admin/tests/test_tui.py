@@ -116,7 +116,9 @@ class Job:
         first = self.next_line()
         prefix = "Mesh admin server listening on http://"
         assert first.startswith(prefix), first
-        host, _, port = first.removeprefix(prefix).strip().rpartition(":")
+        where, fragment, self.token = first.removeprefix(prefix).strip().partition("/#token=")
+        assert fragment and len(self.token) == 64, first
+        host, _, port = where.rpartition(":")
         # a server on every interface is reached on loopback
         self.addr = f"{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
 
@@ -578,22 +580,60 @@ def test_bad_arguments_say_what_is_wrong() -> None:
         assert expected in done.stdout, (expected, done.stdout)
 
 
+NO_CREDENTIALS = {"MONARCH_JOB_SECRET": "", "MONARCH_ADMIN_TOKEN": ""}
+
+
+def test_the_tui_finds_the_token_in_the_jobs_record(tmp_path: Path) -> None:
+    state = tmp_path / "state"  # this user's records, for this test alone
+    job = Job(tmp_path, env={"MONARCH_STATE_DIR": str(state)})
+    try:
+        mine = {**NO_CREDENTIALS, "MONARCH_STATE_DIR": str(state)}
+        # no address: the newest server this user's jobs recorded, with its token
+        done = run_tui("--diagnose", env=mine)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["server"] == f"http://{job.addr}"
+        port = job.addr.rpartition(":")[2]
+        for addr in (job.addr, f"localhost:{port}", f"http://127.0.0.1:{port}"):
+            done = run_tui("--addr", addr, "--diagnose", env=mine)
+            assert done.returncode == 0, (addr, done.stderr)
+        # the printed URL, fragment and all, gives the token too
+        printed = f"http://{job.addr}/#token={job.token}"
+        done = run_tui("--addr", printed, "--diagnose", env={**mine, "MONARCH_STATE_DIR": ""})
+        assert done.returncode == 0, done.stderr
+
+        # no record here: a 401 that says where monarch-tui looked
+        elsewhere = tmp_path / "elsewhere"
+        env = {**mine, "MONARCH_STATE_DIR": str(elsewhere)}
+        done = run_tui("--addr", job.addr, "--diagnose", env=env)
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        assert "HTTP 401" in done.stderr and "--token" in done.stderr, done.stderr
+        assert str(elsewhere / "jobs") in done.stderr and "MONARCH_ADMIN_TOKEN" in done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+    finally:
+        job.close()
+    # the job took its record back when it ended
+    assert not list((state / "jobs").glob("*-admin.json"))
+
+
 def test_off_loopback_the_token_is_needed_and_a_401_says_what_to_do(tmp_path: Path) -> None:
     from monarch_admin import admin_token
 
     secret = bytes(range(32))
-    # every interface: off loopback, so the server asks for the job's token
+    # every interface: reached from elsewhere, the TUI has no record of the job
     job = Job(tmp_path, admin="0.0.0.0:0", env={"MONARCH_JOB_SECRET": secret.hex()})
     try:
-        without = {"MONARCH_JOB_SECRET": "", "MONARCH_ADMIN_TOKEN": ""}
+        without = {**NO_CREDENTIALS, "MONARCH_STATE_DIR": str(tmp_path / "no-records")}
         done = run_tui("--addr", job.addr, "--diagnose", env=without)
         assert done.returncode == 1, (done.stdout, done.stderr)
         assert "HTTP 401" in done.stderr and "--token" in done.stderr, done.stderr
         with pytest.raises(AdminError, match="HTTP 401") as refused:
-            AdminClient(job.addr).topology()
+            AdminClient(job.addr, token="").topology()
         assert refused.value.status == 401
+        with pytest.raises(AdminError, match="not this job's"):
+            AdminClient(job.addr, token="0" * 64).topology()
 
         token = admin_token(secret)
+        assert token == job.token
         done = run_tui("--addr", job.addr, "--diagnose", "--token", token, env=without)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["summary"]["healthy"]

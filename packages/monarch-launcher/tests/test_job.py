@@ -216,9 +216,7 @@ def test_local_job_runs_a_client_script(in_tmp):
     job.kill()
 
 
-@pytest.mark.parametrize(
-    "name", ["remote_mount", "gather_mount"]
-)
+@pytest.mark.parametrize("name", ["remote_mount", "gather_mount"])
 def test_what_is_not_available_says_so(name):
     with pytest.raises(Unsupported, match=name):
         getattr(LocalJob(), name)("x")

@@ -84,7 +84,9 @@ async def test_another_user_gets_nothing_delivered_over_loopback_tcp(transport_c
         Address.parse("tcp://127.0.0.1:0"), Settings(secret=SECRET)
     ) as inbox:
         where = f"127.0.0.1:{inbox.address.port}"
-        done = await asyncio.to_thread(run_as_other_user, INTRUDER, "tcp", where, "1" if nng else "0")
+        done = await asyncio.to_thread(
+            run_as_other_user, INTRUDER, "tcp", where, "1" if nng else "0"
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "closed after" in done.stdout
         # the first thing the listener hands on is the job's own message

@@ -96,6 +96,27 @@ async def test_unauthenticated_connections_are_capped(transport_cls):
         await out.aclose()
 
 
+async def test_a_first_message_cut_short_counts_and_gets_the_deadline():
+    """A stranger that sends part of its first message counts against
+    ``max_unauthenticated`` from the moment it connects, and is closed at the
+    handshake deadline. (nng's own greeting, before a pipe exists, is nng's:
+    see docs/concepts/security.md.)"""
+    settings = Settings(secret=SECRET, max_unauthenticated=4, handshake_timeout=1.0)
+    short = struct.pack("<B", Kind.HELLO)
+    async with await SocketTransport().listen(
+        Address.parse("tcp://127.0.0.1:0"), settings
+    ) as inbox:
+        started = time.monotonic()
+        held = [await raw(inbox.address, short) for _ in range(4)]
+        extra_reader, extra_writer = await raw(inbox.address, short)
+        assert await closed_within(extra_reader, 0.5)  # the fifth: at once
+        extra_writer.close()
+        for reader, writer in held:
+            assert await closed_within(reader, 3.0)  # the deadline, not nng's 10 s
+            writer.close()
+        assert time.monotonic() - started < 4
+
+
 @TRANSPORTS
 async def test_garbage_closes_at_once(transport_cls):
     """200 connections sending bytes that cannot be a handshake (a wrong

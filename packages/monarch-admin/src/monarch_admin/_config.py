@@ -11,8 +11,8 @@ ADMIN_ADDR = declare(
     Text(what="HOST:PORT"),
     "127.0.0.1:1729",
     env=("MONARCH_ADMIN_ADDR", "HYPERACTOR_MESH_ADMIN_ADDR"),
-    doc="Where the mesh admin server listens. Only loopback serves without "
-    "credentials; any other address requires the job's secret as a bearer token.",
+    doc="Where the mesh admin server listens. Every address, loopback too, requires "
+    "the job's admin token (derived from its secret) as a bearer token.",
     owner="monarch-admin",
 )
 SAMPLE_INTERVAL = declare(

@@ -1,18 +1,37 @@
 """The mesh admin's HTTP server: a JSON API over the job's topology, probes
 and stacks, an activity history, and the dashboard page.
 
-Bound to loopback it serves anyone on this host (who could read the job's
-secret anyway); bound elsewhere every request must carry the job's admin
-token (``Authorization: Bearer <token>``, or ``?token=`` for a browser),
-derived from the job's secret.
+Another local user, or a web page open in this user's browser, is an
+attacker like any other, loopback or not. So:
+
+- every request that returns or does anything carries the job's admin token
+  in ``Authorization: Bearer <token>`` (compared in constant time), never in
+  the URL's query, which ends up in browser history and logs; only the
+  dashboard's page shell, which holds no data, is served without it;
+- the ``Host`` header must name this server (its own address, or
+  ``localhost``/a loopback address when bound to loopback) with its port: a
+  name an attacker's DNS points at 127.0.0.1 (DNS rebinding) gets 403; a
+  present ``Origin`` must be the server's own, and ``Sec-Fetch-Site`` must be
+  ``same-origin`` or ``none``, so another site's page gets 403 too;
+- what makes processes work (probes, py-spy stacks) is ``POST`` only, and
+  ``/v1/stacks`` asks only a process of the job's own topology: the server
+  never dials an address a client names.
+
+The token (derived from the job's secret) reaches this user's tools without
+being pasted: the printed URL carries it in its fragment (``#token=``), which
+browsers never send anywhere, and the server leaves a record only this user
+may read (``monarch_actor.extension.publish_record("admin", ...)``), where
+``monarch-tui`` finds it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hmac
 import ipaddress
 import json
+import socket
 import sys
 import threading
 import traceback
@@ -20,8 +39,9 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlsplit
 
+from monarch_actor.extension import publish_record, remove_record
 from monarch_transport import job_secret
 
 from ._collect import diagnostics, is_down, stacks, topology
@@ -37,17 +57,31 @@ __all__ = [
 ]
 
 HISTORY = 1800  # activity samples kept (an hour at the default interval)
+RECORD = "admin"  # the kind of record this user's tools look for (read_records)
 API = {
-    "/v1/topology": "hosts, their processes and actors (?events=1 adds each actor's recent events)",
-    "/v1/diagnostics": "a round trip to every process, with its latency",
-    "/v1/stacks": "the Python stacks of one process (?address=...)",
-    "/v1/history": "message counts over time, sampled while the server runs",
-    "/v1/failures": "every failure seen since the server started, with its reason",
+    "/v1/topology": "GET: hosts, their processes and actors "
+    "(?events=1 adds each actor's recent events)",
+    "/v1/diagnostics": "POST: a round trip to every process, with its latency",
+    "/v1/stacks": "POST: the Python stacks of one process of the topology (?address=...)",
+    "/v1/history": "GET: message counts over time, sampled while the server runs",
+    "/v1/failures": "GET: every failure seen since the server started, with its reason",
 }
+ACTIONS = frozenset({"/v1/diagnostics", "/v1/stacks"})  # they make processes work: POST only
+PAGES = frozenset({"/", "/dashboard"})
+HOW_TO_GET_THE_TOKEN = (
+    "send the job's admin token as 'Authorization: Bearer <token>' (never in the URL's query). "
+    "It is the part after '#token=' of the URL the job printed ('Mesh admin server listening "
+    "on ...' or 'Monarch Dashboard: ...'); monarch-tui, run by the job's user, finds it by "
+    "itself; in the job, monarch_admin.admin_token() gives it"
+)
 
 
 def admin_token(secret: bytes | None = None) -> str:
-    """The bearer token the admin server asks of clients off loopback.
+    """The bearer token the admin server asks of every client.
+
+    It is an HMAC of the job's secret (256 random bits unless the job was
+    given one), so it is as hard to guess as the secret and every process of
+    the job, and anyone given ``MONARCH_JOB_SECRET``, can work it out.
 
     Args:
         secret: the job's secret; this process's (``MONARCH_JOB_SECRET``) by default.
@@ -84,6 +118,33 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """A ``Host`` header's host (lowercase, no brackets) and port, or ``None``
+    when it is malformed."""
+    text = value.strip().lower()
+    if text.startswith("["):  # [v6] or [v6]:port
+        inside, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        host, port = inside, rest[1:] if rest else None
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port = text, None
+        else:
+            port = port_text
+    if port is not None and not port.isdigit():
+        return None
+    return host.rstrip("."), int(port) if port is not None else None
 
 
 class _Activity:
@@ -166,6 +227,10 @@ class _Activity:
 class AdminServer:
     """A running mesh admin server (``enable_admin`` starts one).
 
+    While it runs, it leaves a record of its URL and token for this user's
+    tools (``monarch_actor.extension.publish_record("admin", ...)``);
+    ``close`` takes it back.
+
     Args:
         host: the address to listen on.
         port: the port (0: any free one).
@@ -175,11 +240,11 @@ class AdminServer:
     Attributes:
         host: the address it listens on.
         port: its port.
-        token: the bearer token clients need, or ``None`` on loopback.
+        token: the bearer token every client needs (``admin_token()``).
     """
 
     def __init__(self, host: str, port: int, *, interval: float | None = None) -> None:
-        self.token = None if _loopback(host) else admin_token()
+        self.token = admin_token()
         self._activity = _Activity(SAMPLE_INTERVAL.get() if interval is None else interval)
         server = self
 
@@ -190,17 +255,34 @@ class AdminServer:
         self._httpd.daemon_threads = True
         self.host = host
         self.port = int(self._httpd.server_address[1])
+        self._names = _own_names(host)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="monarch-admin", daemon=True
         )
         self._thread.start()
         self._activity.thread.start()
+        try:
+            publish_record(RECORD, {"url": self.url, "token": self.token})
+        except OSError:
+            # no private folder (read-only home, ...): the printed URL still carries the token
+            pass
+        else:
+            # a script that ends without disable_admin() takes its record back too
+            atexit.register(_forget)
 
     @property
     def url(self) -> str:
-        """The server's base URL."""
+        """The server's base URL, without credentials."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        """The dashboard's URL with the token in its fragment
+        (``http://HOST:PORT/#token=...``): a browser never sends a fragment to
+        a server or proxy; the page reads it, keeps it for the tab and takes it
+        out of the address bar."""
+        return f"{self.url}/#token={self.token}"
 
     def sample(self) -> None:
         """Take an activity sample now (one is taken every interval anyway):
@@ -212,10 +294,58 @@ class AdminServer:
         return self._activity.history()
 
     def close(self) -> None:
-        """Stop serving."""
+        """Stop serving, and take back the record left for this user's tools."""
+        atexit.unregister(_forget)
+        _forget()
         self._activity.stopped.set()
         self._httpd.shutdown()
         self._httpd.server_close()
+
+    def allows_host(self, value: str | None) -> bool:
+        """Whether a request's ``Host`` header names this server.
+
+        A name an attacker controls may resolve to this host's addresses (DNS
+        rebinding): the browser then sends that name, which is refused. IP
+        literals cannot be rebound; on loopback only loopback ones are
+        accepted, as is ``localhost``.
+
+        Args:
+            value: the ``Host`` header, or ``None`` when the request had none.
+        """
+        if not value:
+            return False
+        parsed = _split_host(value)
+        if parsed is None:
+            return False
+        host, port = parsed
+        if port != self.port:
+            return False
+        ip = _ip(host)
+        if ip is not None:
+            if _loopback(self.host):
+                return ip.is_loopback
+            bound = _ip(self.host)
+            return bound is None or bound.is_unspecified or ip == bound or ip.is_loopback
+        return host in self._names
+
+
+def _forget() -> None:
+    """Take back this process's record (its own function: ``atexit.unregister``
+    drops every registration of the function it is given)."""
+    remove_record(RECORD)
+
+
+def _own_names(host: str) -> frozenset[str]:
+    """The host names a ``Host`` header may carry for a server bound to ``host``."""
+    names = {"localhost"}
+    if not _loopback(host):
+        # names of this machine, which its administrator, not a web page, controls
+        for name in (socket.gethostname(), socket.getfqdn()):
+            if name:
+                names.add(name.lower().rstrip("."))
+        if _ip(host) is None:
+            names.add(host.lower().rstrip("."))
+    return frozenset(names)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -226,50 +356,114 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # quiet: the script's output is the user's
 
     def do_GET(self) -> None:
-        url = urlparse(self.path)
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def _serve(self, method: str) -> None:
+        url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        if not self._authorized(query):
-            self._json(401, {"error": "this admin server needs the job's token: send "
-                             "'Authorization: Bearer <token>' (monarch_admin.admin_token())"})
+        page = method == "GET" and url.path in PAGES
+        refused = self._foreign(page)
+        if refused is not None:
+            self._json(403, {"error": refused})
+            return
+        if page:
+            self._page()  # the shell holds no data: its script asks with the token
+            return
+        if not self._authorized():
+            why = "this mesh admin server needs the job's admin token: " + HOW_TO_GET_THE_TOKEN
+            if "token" in query:
+                why = ("the token is not accepted in the URL's query (browser history and "
+                       "logs keep URLs): " + HOW_TO_GET_THE_TOKEN)
+            self._json(401, {"error": why}, authenticate=True)
+            return
+        if url.path in ACTIONS and method != "POST":
+            self._json(405, {"error": f"{url.path} makes the job's processes work: use POST"},
+                       allow="POST")
+            return
+        if url.path not in ACTIONS and method != "GET" and url.path in (*API, "/v1"):
+            self._json(405, {"error": f"{url.path} is read with GET"}, allow="GET")
             return
         try:
-            if url.path in ("/", "/dashboard"):
-                self._page()
-            elif url.path == "/v1":
-                self._json(200, {"endpoints": API})
-            elif url.path == "/v1/topology":
-                self._json(200, topology(events=query.get("events") == "1"))
-            elif url.path == "/v1/diagnostics":
-                self._json(200, diagnostics())
-            elif url.path == "/v1/stacks":
-                if "address" not in query:
-                    self._json(400, {"error": "name the process: /v1/stacks?address=..."})
-                else:
-                    self._json(200, stacks(query["address"]))
-            elif url.path == "/v1/history":
-                self._json(200, {"interval": self.admin._activity.interval,
-                                 "samples": self.admin._activity.history()})
-            elif url.path == "/v1/failures":
-                self._json(200, {"failures": self.admin._activity.failure_list()})
-            else:
-                self._json(404, {"error": f"no such endpoint {url.path!r}", "endpoints": API})
+            self._route(url.path, query)
         except Exception as error:
             self._json(500, {"error": f"{type(error).__name__}: {error}",
                              "traceback": traceback.format_exc()})
 
-    def _authorized(self, query: dict[str, str]) -> bool:
-        token = self.admin.token
-        if token is None:
-            return True
-        given = query.get("token") or self.headers.get("Authorization", "").removeprefix("Bearer ")
-        return hmac.compare_digest(given.strip(), token)
+    def _route(self, path: str, query: dict[str, str]) -> None:
+        if path == "/v1":
+            self._json(200, {"endpoints": API})
+        elif path == "/v1/topology":
+            self._json(200, topology(events=query.get("events") == "1"))
+        elif path == "/v1/diagnostics":
+            self._json(200, diagnostics())
+        elif path == "/v1/stacks":
+            self._stacks(query.get("address") or self._body().get("address"))
+        elif path == "/v1/history":
+            self._json(200, {"interval": self.admin._activity.interval,
+                             "samples": self.admin._activity.history()})
+        elif path == "/v1/failures":
+            self._json(200, {"failures": self.admin._activity.failure_list()})
+        else:
+            self._json(404, {"error": f"no such endpoint {path!r}", "endpoints": API})
 
-    def _json(self, status: int, body: Any) -> None:
+    def _stacks(self, address: Any) -> None:
+        if not isinstance(address, str) or not address:
+            self._json(400, {"error": "name the process: POST /v1/stacks?address=..."})
+            return
+        # only a process of this job: an address a client names is never dialed
+        if address not in _addresses(topology()):
+            self._json(403, {"error": f"{address!r} is not a process of this job (see "
+                             "/v1/topology): the mesh admin only asks the job's own processes"})
+            return
+        self._json(200, stacks(address))
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 < length <= 65536:
+            return {}
+        with contextlib.suppress(ValueError):
+            found = json.loads(self.rfile.read(length))
+            if isinstance(found, dict):
+                return found
+        return {}
+
+    def _foreign(self, page: bool) -> str | None:
+        """Why the request comes from somewhere it must not (403), or ``None``."""
+        host = self.headers.get("Host")
+        if not self.admin.allows_host(host):
+            return (f"the Host header {host!r} does not name this server (a DNS name pointed at "
+                    f"it, or a misdirected request); use {self.admin.url}")
+        origin = self.headers.get("Origin")
+        if origin is not None and origin.lower() != f"http://{str(host).strip().lower()}":
+            return f"requests from another origin ({origin!r}) are refused"
+        site = self.headers.get("Sec-Fetch-Site")
+        # opening the page from a link elsewhere is fine: the shell holds no data
+        if not page and site is not None and site not in ("same-origin", "none"):
+            return f"requests a {site} page makes are refused (Sec-Fetch-Site: {site})"
+        return None
+
+    def _authorized(self) -> bool:
+        scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode(), self.admin.token.encode())
+
+    def _json(
+        self, status: int, body: Any, *, authenticate: bool = False, allow: str | None = None
+    ) -> None:
         data = json.dumps(body, default=str).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        if authenticate:
+            self.send_header("WWW-Authenticate", 'Bearer realm="monarch-admin"')
+        if allow:
+            self.send_header("Allow", allow)
         self.end_headers()
         self.wfile.write(data)
 
@@ -282,8 +476,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        # no other page may frame it (clicks tricked into it), nor learn its URL
+        self.send_header("Content-Security-Policy", "frame-ancestors 'none'")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Referrer-Policy", "no-referrer")
         self.end_headers()
         self.wfile.write(data)
+
+
+def _addresses(found: dict[str, Any]) -> set[str]:
+    """Every process address of a topology."""
+    known = {str(found["controller"])}
+    for host in found["hosts"]:
+        for proc in host["procs"]:
+            if proc.get("address"):
+                known.add(str(proc["address"]))
+    return known
 
 
 _lock = threading.Lock()
@@ -294,13 +504,15 @@ def enable_admin(addr: str | None = None, *, quiet: bool = False) -> AdminServer
     """Start this job's mesh admin server (once per process), as Monarch's
     ``JobTrait.enable_admin()`` does.
 
-    It prints ``Mesh admin server listening on http://HOST:PORT``. ``monarch-tui
-    --addr HOST:PORT`` shows it in a terminal; the URL shows the dashboard.
+    It prints ``Mesh admin server listening on http://HOST:PORT/#token=TOKEN``:
+    the URL opens the dashboard (the token in the fragment never leaves the
+    browser); ``monarch-tui --addr HOST:PORT`` shows the job in a terminal and
+    finds the token in the record the server leaves for this user.
 
     Args:
         addr: ``HOST:PORT`` to listen on (port 0: any free one); default the
-            ``mesh_admin_addr`` setting (``127.0.0.1:1729``). Off loopback,
-            clients need the job's token (``admin_token()``).
+            ``mesh_admin_addr`` setting (``127.0.0.1:1729``). Every client
+            needs the job's token (``admin_token()``), on loopback too.
         quiet: do not print the address.
 
     Returns:
@@ -316,7 +528,7 @@ def enable_admin(addr: str | None = None, *, quiet: bool = False) -> AdminServer
             host, port = parse_addr(addr or ADMIN_ADDR.get())
             _server = AdminServer(host, port)
             if not quiet:
-                sys.stdout.write(f"Mesh admin server listening on {_server.url}\n")
+                sys.stdout.write(f"Mesh admin server listening on {_server.dashboard_url}\n")
                 sys.stdout.flush()
         return _server
 
@@ -325,13 +537,14 @@ def enable_dashboard(port: int = 8265, host: str = "127.0.0.1") -> AdminServer:
     """Serve the web dashboard (on the mesh admin server), as Monarch's
     ``enable_telemetry(TelemetryConfig(include_dashboard=True))`` does.
 
-    It prints ``Monarch Dashboard: http://HOST:PORT``. When an admin server
-    already runs in this process, the dashboard is on it instead.
+    It prints ``Monarch Dashboard: http://HOST:PORT/#token=TOKEN``: open that
+    URL (the page keeps the token for its tab and takes it out of the address
+    bar). When an admin server already runs in this process, the dashboard is
+    on it instead.
 
     Args:
         port: the port to listen on (0: any free one).
-        host: the address to listen on; off loopback, the page needs the
-            job's token (``?token=...``).
+        host: the address to listen on.
 
     Returns:
         The server.
@@ -340,7 +553,7 @@ def enable_dashboard(port: int = 8265, host: str = "127.0.0.1") -> AdminServer:
         OSError: the address cannot be bound.
     """
     server = enable_admin(f"{host}:{port}", quiet=True)
-    sys.stdout.write(f"Monarch Dashboard: {server.url}\n")
+    sys.stdout.write(f"Monarch Dashboard: {server.dashboard_url}\n")
     sys.stdout.flush()
     return server
 

@@ -16,10 +16,18 @@ A server that cannot be reached when ``monarch-tui`` starts ends it with a
 message and exit status 1; one that goes away later (the job ended) is named
 in the header and retried every refresh until ``q``.
 
+Every request carries the job's admin token. Run by the job's user,
+``monarch-tui`` needs nothing pasted: the server leaves a record of its URL
+and token that only this user may read (``read_records("admin")``), and the
+record for the address asked (or the newest one, when no address is given)
+supplies the token. ``--token``/``$MONARCH_ADMIN_TOKEN`` or the job's secret
+(``$MONARCH_JOB_SECRET``) serve from another machine.
+
 Examples:
     In the job's script: ``enable_admin()`` prints ``Mesh admin server
-    listening on http://127.0.0.1:1729``; in another terminal::
+    listening on http://127.0.0.1:1729/#token=...``; in another terminal::
 
+        monarch-tui                                    # the newest job of this user
         monarch-tui --addr 127.0.0.1:1729
         monarch-tui --addr 127.0.0.1:1729 --diagnose   # JSON; exit 1 if unhealthy
 """
@@ -30,8 +38,10 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -52,8 +62,10 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static, Tree
 from textual.widgets.tree import TreeNode
 
+from monarch_actor.extension import private_dir, read_records
+
 from ._config import ADMIN_ADDR
-from ._server import admin_token, parse_addr
+from ._server import RECORD, admin_token, parse_addr
 
 __all__ = ["AdminClient", "AdminError", "main", "tui_app"]
 
@@ -92,15 +104,20 @@ class AdminClient:
 
     Args:
         addr: the server, as ``HOST:PORT`` (what ``enable_admin`` prints after
-            ``http://``) or as a URL ``http://HOST:PORT``.
-        token: the job's admin token, for a server off loopback
-            (``monarch_admin.admin_token()`` in the job gives it).
+            ``http://``) or as a URL ``http://HOST:PORT`` (a ``#token=...``
+            fragment, as printed, gives the token).
+        token: the job's admin token (``monarch_admin.admin_token()`` in the
+            job gives it). ``None``: the one in the URL's fragment, else the
+            one this user's job recorded for this server;
+            ``""``: send none.
         timeout: how long one request may take, in seconds (diagnostics and
             stacks get longer: the server waits on every process).
 
     Attributes:
         url: the server's base URL, such as ``http://127.0.0.1:1729``.
         token: the token sent as ``Authorization: Bearer``, or ``None``.
+        token_from: where the token came from, or where it was looked for in
+            vain, for the error a refusal raises.
         timeout: seconds one request may take.
 
     Raises:
@@ -114,18 +131,39 @@ class AdminClient:
 
     def __init__(self, addr: str, *, token: str | None = None, timeout: float = 10.0) -> None:
         self.url = _base_url(addr)
+        self.token_from = "--token" if token else "nowhere"
+        if token is None:
+            fragment = urllib.parse.parse_qs(urllib.parse.urlsplit(addr.strip()).fragment)
+            if fragment.get("token"):
+                token = fragment["token"][-1]
+                self.token_from = "the URL's #token="
+            else:
+                token = _find_token(self.url)
+                self.token_from = (
+                    "this user's record of the job"
+                    if token
+                    else f"the records of this user's jobs in {_records_folder()} (none for "
+                    f"{self.url})"
+                )
         self.token = token or None
         self.timeout = timeout
 
     def get(
-        self, path: str, query: dict[str, str] | None = None, *, timeout: float | None = None
+        self,
+        path: str,
+        query: dict[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+        method: str = "GET",
     ) -> Any:
-        """One ``GET`` of the API, decoded.
+        """One request to the API (``GET`` unless ``method`` says otherwise), decoded.
 
         Args:
             path: the endpoint, such as ``/v1/topology``.
             query: its query parameters.
             timeout: seconds to wait; the client's own by default.
+            method: ``GET``, or ``POST`` for what makes processes work
+                (``/v1/diagnostics``, ``/v1/stacks``).
 
         Returns:
             The decoded JSON answer.
@@ -137,14 +175,19 @@ class AdminClient:
         url = self.url + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        request = urllib.request.Request(
+            url,
+            headers={"Accept": "application/json"},
+            method=method,
+            data=b"" if method == "POST" else None,
+        )
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:
                 body = answer.read()
         except urllib.error.HTTPError as error:
-            raise _http_error(self.url, url, error) from None
+            raise _http_error(self, url, error) from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             raise AdminError(
@@ -188,7 +231,7 @@ class AdminClient:
             AdminError: as ``get`` does.
         """
         answer: dict[str, Any] = self.get(
-            "/v1/diagnostics", timeout=max(self.timeout, DIAGNOSTICS_TIMEOUT)
+            "/v1/diagnostics", timeout=max(self.timeout, DIAGNOSTICS_TIMEOUT), method="POST"
         )
         return answer
 
@@ -206,7 +249,10 @@ class AdminClient:
             AdminError: as ``get`` does.
         """
         answer: dict[str, Any] = self.get(
-            "/v1/stacks", {"address": address}, timeout=max(self.timeout, STACKS_TIMEOUT)
+            "/v1/stacks",
+            {"address": address},
+            timeout=max(self.timeout, STACKS_TIMEOUT),
+            method="POST",
         )
         return answer
 
@@ -226,13 +272,83 @@ def _base_url(addr: str) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-def _http_error(base: str, url: str, error: urllib.error.HTTPError) -> AdminError:
+def _records_folder() -> str:
+    try:
+        return str(private_dir("jobs"))
+    except OSError as error:  # PrivateFileError too: the folder is not this user's alone
+        return f"this user's Monarch state folder ({error})"
+
+
+def _local_names() -> set[str]:
+    names = {"localhost"}
+    with contextlib.suppress(OSError):
+        names.update(n.lower() for n in (socket.gethostname(), socket.getfqdn()) if n)
+    return names
+
+
+def _is_local(host: str) -> bool:
+    """Whether ``host`` names this machine: loopback, any address, or its name."""
+    host = host.lower().strip("[]")
+    if host in _local_names():
+        return True
+    with contextlib.suppress(ValueError):
+        ip = ipaddress.ip_address(host)
+        return ip.is_loopback or ip.is_unspecified
+    return False
+
+
+def _same_server(recorded: str, wanted: str) -> bool:
+    """Whether a record's URL and the URL asked for name one server: the same
+    host and port, or the same port on this machine by two of its names."""
+    a, b = urllib.parse.urlsplit(recorded), urllib.parse.urlsplit(wanted)
+    try:
+        if a.port is None or a.port != b.port:
+            return False
+    except ValueError:  # a record with a malformed port
+        return False
+    host_a, host_b = (a.hostname or "").lower(), (b.hostname or "").lower()
+    return host_a == host_b or (_is_local(host_a) and _is_local(host_b))
+
+
+def _find_token(url: str) -> str | None:
+    """The token this user's running job recorded for the mesh admin server
+    at ``url`` (``read_records("admin")``), newest first; ``None`` when no
+    live job of this user recorded that server.
+
+    Args:
+        url: the server's base URL, such as ``http://127.0.0.1:1729``.
+    """
+    for record in read_records(RECORD):
+        token = record.get("token")
+        if isinstance(token, str) and _same_server(str(record.get("url", "")), url):
+            return token
+    return None
+
+
+def _newest_server() -> str | None:
+    """The URL of the mesh admin server this user's job started last, or
+    ``None`` when no live job of this user runs one."""
+    for record in read_records(RECORD):
+        if isinstance(record.get("url"), str):
+            return str(record["url"])
+    return None
+
+
+def _http_error(client: AdminClient, url: str, error: urllib.error.HTTPError) -> AdminError:
+    base = client.url
     if error.code == 401:
+        if client.token:
+            how = f"the token sent ({client.token_from}) is not this job's: a stale record?"
+        else:
+            how = (
+                f"none was found: monarch-tui looked at --token, ${TOKEN_ENV}, "
+                f"{client.token_from}, and ${SECRET_ENV}"
+            )
         return AdminError(
-            f"the mesh admin server at {base} refused the request (HTTP 401): off loopback "
-            f"it needs the job's token. Pass --token TOKEN or set {TOKEN_ENV} "
-            "(monarch_admin.admin_token() in the job gives it), or set "
-            f"{SECRET_ENV} to the job's secret.",
+            f"the mesh admin server at {base} refused the request (HTTP 401): it needs the "
+            f"job's admin token, and {how}. Run monarch-tui as the job's user on the job's "
+            "machine, or pass --token TOKEN (the part after '#token=' of the URL the job "
+            "printed; monarch_admin.admin_token() in the job gives it).",
             url=url,
             status=401,
         )
@@ -1194,10 +1310,12 @@ def tui_app(
 
 EPILOG = """\
 examples:
-  monarch-tui --addr 127.0.0.1:1729            the job that printed
-                                              'Mesh admin server listening on http://127.0.0.1:1729'
-  monarch-tui --addr node7:1729 --token $(cat token)
-                                              a server off loopback needs the job's token
+  monarch-tui                                 this user's newest job on this machine
+  monarch-tui --addr 127.0.0.1:1729            the job that printed 'Mesh admin server
+                                              listening on http://127.0.0.1:1729/#token=...'
+                                              (its token is found in the job's record)
+  MONARCH_ADMIN_TOKEN=... monarch-tui --addr node7:1729
+                                              a job on another machine: give its token
   MONARCH_JOB_SECRET=... monarch-tui --addr node7:1729
                                               or the job's secret, to derive the token from
   monarch-tui --addr 127.0.0.1:1729 --diagnose  probe every process, print JSON; exit 1 when
@@ -1224,8 +1342,9 @@ def _parser() -> argparse.ArgumentParser:
         "--addr",
         "-a",
         default=None,
-        help="the mesh admin server, HOST:PORT or http://HOST:PORT "
-        f"(default: the mesh_admin_addr setting, $MONARCH_ADMIN_ADDR, now {ADMIN_ADDR.get()})",
+        help="the mesh admin server, HOST:PORT or http://HOST:PORT (default: the "
+        "mesh_admin_addr setting, $MONARCH_ADMIN_ADDR, when set; else the newest server "
+        f"this user's jobs recorded; else {ADMIN_ADDR.default})",
     )
     parser.add_argument(
         "--refresh-ms",
@@ -1237,8 +1356,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--token",
         default=None,
-        help=f"the job's admin token, for a server off loopback (default ${TOKEN_ENV}, "
-        f"else derived from ${SECRET_ENV} when it is set)",
+        help=f"the job's admin token (default ${TOKEN_ENV}, else the one this user's job "
+        f"recorded for the server, else derived from ${SECRET_ENV} when it is set)",
     )
     parser.add_argument(
         "--diagnose",
@@ -1250,13 +1369,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _token(given: str | None) -> str | None:
+    """The token given, or ``None`` to let the client look for the job's
+    record (``_client`` falls back on the job's secret after that)."""
     if given:
         return given
     if os.environ.get(TOKEN_ENV):
         return os.environ[TOKEN_ENV]
-    if os.environ.get(SECRET_ENV):
-        return admin_token()
     return None
+
+
+def _addr(given: str | None) -> str:
+    if given:
+        return given
+    if ADMIN_ADDR.get() != ADMIN_ADDR.default:  # set: $MONARCH_ADMIN_ADDR or configure()
+        return ADMIN_ADDR.get()
+    return _newest_server() or ADMIN_ADDR.get()
+
+
+def _client(addr: str, given: str | None) -> AdminClient:
+    client = AdminClient(addr, token=_token(given))
+    if client.token is None and os.environ.get(SECRET_ENV):
+        client.token = admin_token()  # no record here: the job's secret says it
+        client.token_from = f"the token derived from ${SECRET_ENV}"
+    return client
 
 
 def _diagnose(client: AdminClient) -> int:
@@ -1302,9 +1437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.refresh_ms < 50:
         parser.error(f"--refresh-ms must be at least 50, got {args.refresh_ms}")
-    addr = args.addr or ADMIN_ADDR.get()
     try:
-        client = AdminClient(addr, token=_token(args.token))
+        client = _client(_addr(args.addr), args.token)
     except ValueError as error:
         parser.error(f"--addr: {error}")
     except Exception as error:  # a malformed job secret: say which and go

@@ -189,7 +189,9 @@ DEBUG_CONNECT_TIMEOUT = 30.0  # seconds to connect to the debug server and hear 
 
 def _debug(args: argparse.Namespace) -> int:
     try:
-        client = DebugClient(args.host, args.port, timeout=DEBUG_CONNECT_TIMEOUT)
+        client = DebugClient(
+            args.host, args.port, timeout=DEBUG_CONNECT_TIMEOUT, takeover=args.takeover
+        )
     except DebugConnectionError as error:
         raise LauncherError(str(error)) from None
     return debug_session(client, sys.stdin, sys.stdout)
@@ -393,7 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="attach to the pdb sessions of actors stopped at breakpoint()",
         description="Connect to the debug server of a running Monarch program: breakpoint() "
         "in an actor opens a pdb session there. Commands: list, attach <actor> <rank>, "
-        "cast <actor> ranks(...) <pdb command>, continue, detach, help, quit.",
+        "cast <actor> ranks(...) <pdb command>, continue, detach, help, quit. Both ends prove "
+        "the job's secret: $MONARCH_JOB_SECRET (hex), else the file $MONARCH_JOB_SECRET_FILE "
+        "names, else the record the program leaves for its own user on its machine.",
     )
     debug.add_argument(
         "--host",
@@ -406,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="its port (default: $MONARCH_DEBUG_SERVER_PORT, else 27000)",
+    )
+    debug.add_argument(
+        "--takeover",
+        action="store_true",
+        help="replace the `monarch debug` already attached (it is told and disconnected); "
+        "without this, the server refuses a second one",
     )
     debug.set_defaults(run=_debug)
 

@@ -120,15 +120,19 @@ class NngListener(QueuedListener):
         self._sock.add_post_pipe_remove_cb(self._on_remove)
         try:
             bound = self._sock.listen(_url(address))
+            if address.family == "tcp":  # pynng's own port getter is wrong for IPv6
+                address = address.with_port(int(str(bound.local_address).rpartition(":")[2]))
         except pynng.NNGException as error:
             self._sock.close()
             raise ConnectError(f"cannot listen on {address}: {error}") from error
-        if address.family == "tcp":  # pynng's own port getter is wrong for IPv6
-            address = address.with_port(int(str(bound.local_address).rpartition(":")[2]))
         self.address = address
         self._fd = self._sock.recv_fd
         self._loop.add_reader(self._fd, self._readable)
         self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
+
+    def _authenticating(self) -> int:
+        """Pipes still in their handshake (those closed already do not count)."""
+        return sum(state.peer is None and not state.rejected for state in self._pipes.values())
 
     # -- nng's callbacks run on its threads: hand them to the loop -------------
 
@@ -148,7 +152,7 @@ class NngListener(QueuedListener):
         return state
 
     def _connected(self, pipe: pynng.Pipe) -> None:
-        waiting = sum(state.peer is None for state in self._pipes.values())
+        waiting = self._authenticating()
         state = self._state(pipe)
         crowded = waiting >= self._settings.max_unauthenticated
         if state is not None and state.peer is None and crowded:

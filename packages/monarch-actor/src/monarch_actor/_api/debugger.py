@@ -10,13 +10,18 @@ did before.
 
 The debug controller keeps the sessions by (actor name, rank) and serves them
 to one client at a time over TCP (``debug_protocol``): ``list``, ``attach``,
-``cast``, ``continue``. A session ends when pdb lets the actor run on without
+``cast``, ``continue``. Every client proves the job's secret and the server
+proves it back, loopback included, and every message after that is sealed;
+the controller leaves the secret for its own user's ``monarch debug`` in a
+record only that user can read (``publish_record("debug", ...)``). A
+session ends when pdb lets the actor run on without
 breakpoints (``continue``), when the endpoint returns, or on ``quit``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import bdb
 import builtins
 import contextlib
@@ -31,6 +36,7 @@ import secrets
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +48,7 @@ from monarch_transport import job_secret
 from .._core.config import debug_server_address
 from .._core.current import current
 from .._core.future import Future
+from .._core.private import PrivateFileError, publish_record, remove_record
 from .._core.process import get_runtime
 from .actor import Actor, concurrent_endpoint
 from .debug_commands import (
@@ -58,7 +65,21 @@ from .debug_commands import (
     selects,
     table,
 )
-from .debug_protocol import PROTOCOL_VERSION, decode_message, encode_message, is_loopback, proof
+from .debug_protocol import (
+    HANDSHAKE_WAIT,
+    MAX_HANDSHAKE_LINE,
+    NONCE_BYTES,
+    PROTOCOL_VERSION,
+    RECORD_KIND,
+    Seal,
+    auth_body,
+    client_proof,
+    connection_key,
+    decode_message,
+    encode_message,
+    parse_nonce,
+    server_proof,
+)
 from .singletons import get_or_spawn_controller
 
 __all__ = [
@@ -73,7 +94,7 @@ log = logging.getLogger("monarch.actor.debugger")
 CONTROLLER_NAME = "debug_controller"
 TOP_PROMPT = "monarch_dbg> "
 PDB_PROMPT = "(Pdb) "
-AUTH_WAIT = 10.0  # seconds a client beyond loopback has to prove the secret
+MAX_HANDSHAKES = 16  # connections at once that have not proved the secret yet; more are dropped
 BANNER = (
     "\n************************ MONARCH DEBUGGER ************************\n"
     "Enter 'help' for a list of commands.\n"
@@ -171,8 +192,12 @@ class DebugController(Actor):
     One per job, in the controller's process (``debug_controller()`` finds or
     spawns it). It listens at ``MONARCH_DEBUG_SERVER_HOST`` and
     ``MONARCH_DEBUG_SERVER_PORT`` (settings ``debug_server_host``,
-    ``debug_server_port``; default ``localhost:27000``). A host other than the
-    loopback interface asks clients for the job's secret. The ``debugger_*``
+    ``debug_server_port``; default ``localhost:27000``). Every client, on
+    loopback too, proves the job's secret and hears the server prove it back;
+    one client is served at a time (another is refused unless it asks to take
+    over). While it listens, the controller leaves its address and the
+    secret for its own user's tools (``publish_record("debug", ...)``, a file
+    only that user can read). The ``debugger_*``
     endpoints are the sessions' side; users call ``list``,
     ``wait_pending_session`` and ``server_address``.
     """
@@ -183,9 +208,11 @@ class DebugController(Actor):
         self._next_sid = 0
         self._changed = asyncio.Condition()
         self._client: asyncio.Task[Any] | None = None
+        self._attached = ""  # who the client is, for the refusal of a second one
+        self._handshakes = 0  # connections still proving the secret
         self._loop = asyncio.get_running_loop()
         self._host, self._port = debug_server_address()
-        self._secret_needed = not is_loopback(self._host)
+        self._secret = job_secret()  # fixed for the server's life, as in the record it leaves
         self._ready = asyncio.Event()
         self._listening: tuple[str, int] | None = None
         self._problem: str | None = None
@@ -202,7 +229,10 @@ class DebugController(Actor):
             if not 0 <= port <= 65535:
                 raise ValueError(f"port {port} is not in 0..65535")
             bind = "127.0.0.1" if host.lower() == "localhost" else host
-            self._server = await asyncio.start_server(self._on_client, bind, port)
+            # the stream limit bounds what a peer that has proved nothing can make us hold
+            self._server = await asyncio.start_server(
+                self._on_client, bind, port, limit=MAX_HANDSHAKE_LINE
+            )
         except (OSError, ValueError) as error:
             self._problem = (
                 f"the debug server cannot listen at {host}:{port}: {error}. Set "
@@ -214,6 +244,7 @@ class DebugController(Actor):
             bound = self._server.sockets[0].getsockname()
             self._listening = (host, int(bound[1]))
             log.info("debug server listening at %s:%d", host, bound[1])
+            _publish(id(self), host, int(bound[1]), self._secret)
         finally:
             self._ready.set()
 
@@ -240,6 +271,7 @@ class DebugController(Actor):
             exc: why the actor stops (``None`` for a plain stop).
         """
         self._closing = True
+        _unpublish(id(self))
         with contextlib.suppress(ValueError):
             get_runtime().lost_hooks.remove(self._on_lost)
         if self._server is not None:
@@ -396,12 +428,37 @@ class DebugController(Actor):
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Connection(reader, writer)
+        if self._handshakes >= MAX_HANDSHAKES:
+            # a flood of connections that never prove anything must not pile up
+            log.warning("dropped a debug client from %s: too many handshakes at once", conn.peer)
+            conn.close()
+            return
         try:
-            if not await self._admit(conn):
-                return
-            previous, self._client = self._client, asyncio.current_task()
+            self._handshakes += 1
+            try:
+                async with asyncio.timeout(HANDSHAKE_WAIT):
+                    takeover, who = await self._authenticate(conn)
+            finally:
+                self._handshakes -= 1
+            previous = self._client
             if previous is not None and not previous.done():
-                previous.cancel()  # one client at a time: the newest admitted takes over
+                if not takeover:
+                    log.warning(
+                        "refused a debug client (%s): another is attached (%s)", who, self._attached
+                    )
+                    conn.bye(
+                        f"another monarch debug client is attached ({self._attached}); pass "
+                        "--takeover to replace it (DebugClient(takeover=True) in code)",
+                        refused=True,
+                    )
+                    return
+                log.warning(
+                    "a debug client (%s) takes over from the one attached (%s)", who, self._attached
+                )
+            since = time.strftime("%Y-%m-%d %H:%M:%S")
+            self._client, self._attached = asyncio.current_task(), f"since {since}, {who}"
+            if previous is not None and not previous.done() and previous is not self._client:
+                previous.cancel()  # asked for: the newest takes over
                 with contextlib.suppress(BaseException):
                     await previous
             await conn.out(BANNER)
@@ -410,28 +467,50 @@ class DebugController(Actor):
             if self._closing:
                 conn.bye("The program is ending: its debug server stops.\n")
             else:
-                conn.bye("Another `monarch debug` attached to this debug server.\n")
-        except (ConnectionError, EOFError, asyncio.IncompleteReadError, ValueError):
-            pass  # the client went away (or spoke garbage): the sessions stay for the next
+                conn.bye("Another `monarch debug` attached to this debug server (--takeover).\n")
+        except _Refused as refused:
+            log.warning("refused a debug client from %s: %s", conn.peer, refused)
+            conn.bye("it did not prove the job's secret", refused=True)
+        except TimeoutError:
+            log.warning("dropped a debug client from %s: no handshake in time", conn.peer)
+        except ValueError as error:  # a message that is no protocol or fails its check
+            log.warning("closed the debug client from %s: %s", conn.peer, error)
+        except (ConnectionError, EOFError, asyncio.IncompleteReadError):
+            pass  # the client went away: the sessions stay for the next
         finally:
             conn.close()
 
-    async def _admit(self, conn: _Connection) -> bool:
-        nonce = secrets.token_hex(16) if self._secret_needed else None
-        await conn.send("hello", version=PROTOCOL_VERSION, nonce=nonce)
-        if nonce is None:
-            return True
+    async def _authenticate(self, conn: _Connection) -> tuple[bool, str]:
+        """Both sides prove the job's secret (``debug_protocol``); from here
+        on, ``conn`` seals what it sends and checks what it receives.
+
+        Returns:
+            Whether the client asks to take over, and who it is.
+        """
+        server_nonce = secrets.token_bytes(NONCE_BYTES)
+        hello = encode_message("hello", version=PROTOCOL_VERSION, nonce=server_nonce.hex())
+        conn.writer.write(hello)
+        await conn.writer.drain()
+        line = await conn.read_line(MAX_HANDSHAKE_LINE)
         try:
-            answer = await asyncio.wait_for(conn.receive(), AUTH_WAIT)
-        except TimeoutError:
-            answer = {}
-        given = answer.get("proof") if answer.get("t") == "auth" else None
-        expected = proof(job_secret(), nonce)
-        if isinstance(given, str) and hmac.compare_digest(given, expected):
-            return True
-        log.warning("refused a debug client from %s: it did not prove the job's secret", conn.peer)
-        conn.bye("it did not prove the job's secret (MONARCH_JOB_SECRET)", refused=True)
-        return False
+            auth = decode_message(line)
+        except ValueError as error:
+            raise _Refused(f"its first message is no protocol message ({error})") from None
+        client_nonce = parse_nonce(auth.get("nonce"))
+        given = auth.get("proof")
+        takeover = auth.get("takeover", False)
+        if auth["t"] != "auth" or client_nonce is None or not isinstance(given, str):
+            raise _Refused(f"it sent {auth['t']!r} instead of proving the job's secret")
+        if not isinstance(takeover, bool):
+            raise _Refused("its takeover field is no boolean")
+        key = connection_key(self._secret, server_nonce, client_nonce)
+        expected = client_proof(key, hello, auth_body(auth))
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise _Refused("it did not prove the job's secret")
+        conn.writer.write(encode_message("welcome", proof=server_proof(key, hello, line)))
+        conn.seal = Seal(key, server=True)
+        # pid and host are the client's word, covered by its proof; the peer is the socket's
+        return takeover, f"pid {auth.get('pid')!r} on {auth.get('host')!r}, peer {_peer(conn)}"
 
     async def _serve(self, conn: _Connection) -> None:
         while True:
@@ -604,23 +683,68 @@ def _session_table(infos: list[DebugSessionInfo]) -> str:
     return table(headers, rows)
 
 
+class _Refused(Exception):
+    """A client failed the handshake; the text says how (for the log only)."""
+
+
+def _peer(conn: _Connection) -> str:
+    peer = conn.peer
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
 class _Connection:
-    """One client's connection: protocol messages over a stream."""
+    """One client's connection: protocol messages over a stream, sealed once
+    the handshake set ``seal``."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
+        self.seal: Seal | None = None
+
+    def _encode(self, kind: str, **fields: Any) -> bytes:
+        if self.seal is None:
+            return encode_message(kind, **fields)
+        return self.seal.seal(kind, **fields)
 
     async def send(self, kind: str, **fields: Any) -> None:
-        self.writer.write(encode_message(kind, **fields))
+        self.writer.write(self._encode(kind, **fields))
         await self.writer.drain()
 
+    async def read_line(self, limit: int) -> bytes:
+        """The next line, at most ``limit`` bytes.
+
+        Raises:
+            EOFError: the client closed the connection.
+            ValueError: the line is longer than ``limit``.
+        """
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                part = await self.reader.readuntil(b"\n")
+                done = True
+            except asyncio.IncompleteReadError as error:
+                if error.partial or parts:
+                    raise ValueError("the client's last line is cut off") from None
+                raise EOFError("the client closed the connection") from None
+            except asyncio.LimitOverrunError as error:
+                # more than the stream's limit without a newline yet: take it in pieces
+                part = await self.reader.readexactly(error.consumed)
+                done = False
+            size += len(part)
+            if size > limit:
+                raise ValueError(f"the client sent a line of more than {limit} bytes")
+            parts.append(part)
+            if done:
+                return b"".join(parts)
+
     async def receive(self) -> dict[str, Any]:
-        line = await self.reader.readline()
-        if not line:
-            raise EOFError("the client closed the connection")
-        return decode_message(line)
+        if self.seal is None:  # nothing is read as a command before the handshake
+            raise ValueError("a message before the handshake")
+        return self.seal.open(await self.read_line(_MAX_LINE))
 
     async def out(self, text: str) -> None:
         if text:
@@ -635,11 +759,69 @@ class _Connection:
 
     def bye(self, text: str, refused: bool = False) -> None:
         with contextlib.suppress(Exception):
-            self.writer.write(encode_message("bye", text=text, refused=refused))
+            self.writer.write(self._encode("bye", text=text, refused=refused))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.writer.close()
+
+
+_MAX_LINE = 1 << 16  # bytes: the longest sealed line a client may send (a pdb command)
+
+
+# -- the record ``monarch debug`` finds the secret in ----------------------------------------
+
+_servers: dict[int, tuple[str, int, bytes]] = {}  # the debug servers of this process, oldest first
+_servers_lock = threading.Lock()
+_exit_hook = False
+
+
+def _publish(server: int, host: str, port: int, secret: bytes) -> None:
+    """Leave the address and the secret of this process's debug servers for
+    this user's ``monarch debug`` (one record per process)."""
+    global _exit_hook
+    with _servers_lock:
+        _servers[server] = (host, port, secret)
+        if not _exit_hook:
+            atexit.register(_unpublish_all)
+            _exit_hook = True
+        _write_record()
+
+
+def _unpublish(server: int) -> None:
+    with _servers_lock:
+        if _servers.pop(server, None) is None:
+            return
+        if _servers:
+            _write_record()
+        else:
+            remove_record(RECORD_KIND)
+
+
+def _unpublish_all() -> None:
+    with _servers_lock:
+        if _servers:
+            _servers.clear()
+            remove_record(RECORD_KIND)
+
+
+def _write_record() -> None:
+    host, port, secret = list(_servers.values())[-1]
+    record = {
+        "host": host,
+        "port": port,
+        "secret": secret.hex(),
+        "hostname": socket.gethostname(),
+        "servers": [{"host": h, "port": p, "secret": k.hex()} for h, p, k in _servers.values()],
+    }
+    try:
+        publish_record(RECORD_KIND, record)
+    except (OSError, PrivateFileError) as error:
+        log.warning(
+            "could not leave the debug server's record for `monarch debug`: %s; run it with "
+            "this program's MONARCH_JOB_SECRET instead",
+            error,
+        )
 
 
 # -- finding the debug controller ----------------------------------------------------------

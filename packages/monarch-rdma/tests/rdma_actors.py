@@ -52,6 +52,21 @@ class Owner(Actor):
         return os.getpid()
 
     @endpoint
+    def write_into(self, buffer: RDMABuffer, byte: int, backend: str) -> str:
+        """Write ``byte`` over the whole of ``buffer`` with ``backend``; the
+        name of the error the transfer failed with, or "ok"."""
+        import monarch_rdma
+
+        old = monarch_rdma.configure(backend=backend)
+        try:
+            buffer.write_from(memoryview(bytes([byte]) * buffer.size())).get(timeout=120)
+        except monarch_rdma.RDMAError as error:
+            return type(error).__name__
+        finally:
+            monarch_rdma.configure(backend=old.backend)
+        return "ok"
+
+    @endpoint
     def read_from(self, buffer: RDMABuffer) -> bytes:
         out = bytearray(buffer.size())
         buffer.read_into(memoryview(out)).get()

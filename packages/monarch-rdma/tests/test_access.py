@@ -22,6 +22,7 @@ from monarch_rdma import (
     RDMABufferDropped,
     RDMATcpFallbackWarning,
     RDMATransferError,
+    _backend,
     _backends,
     _cma,
     _control,
@@ -99,44 +100,142 @@ def test_ibverbs_registers_read_only_memory_without_remote_write(fake_nic, setti
     assert data == b"constant over RDMA"
 
 
-def test_cuda_ipc_owner_says_read_only_and_the_reader_refuses(monkeypatch):
-    class Storage:
-        def _share_cuda_(self):
-            return (0, b"\x01\x02", 64)
+class FakeDevice:
+    """A flat uint8 "CUDA" tensor over host bytes: slicing and ``copy_``, as
+    the owner's side of cuda_ipc uses them."""
 
-        def data_ptr(self):
-            return 4096
+    def __init__(self, view):
+        self.view = view
+        self.device = "cuda:0"
 
-    memory = types.SimpleNamespace(
-        is_cuda=True, readonly=True, addr=4096 + 16, keep=types.SimpleNamespace(
-            untyped_storage=Storage)
-    )  # fmt: skip
-    region = Region(1, 3, memory, None)
-    assert _cuda_ipc.owner_share(region)["writable"] is False  # the owner's answer
-    backend = _backends.by_name("cuda_ipc").backend
-    monkeypatch.setattr(_cuda_ipc, "torch_module", lambda: None)
-    monkeypatch.setattr(backend, "_remote", lambda handle, deadline: (bytearray(8), False))
-    handle = RDMABuffer(memoryview(bytearray(8)))._handle
-    local = monarch_rdma._memory.as_local_memory(memoryview(bytearray(8)))
-    with pytest.raises(RDMATransferError, match=READ_ONLY):
-        backend.transfer(handle, local, 0, 8, True, time.monotonic() + 5)
+    def __getitem__(self, key):
+        return FakeDevice(self.view[key])
+
+    def numel(self):
+        return len(self.view)
+
+    def copy_(self, other):
+        self.view[:] = other.view
 
 
-# -- cma: the token after a write ----------------------------------------------------------------
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """The owner's side of cuda_ipc on host bytes: a "CUDA" region and the
+    peer's shared staging memory, each a FakeDevice; records what is opened."""
+    opened = []
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda device: None))
+    monkeypatch.setattr(_cuda_ipc, "torch_module", lambda: torch)
+    monkeypatch.setattr(_cuda_ipc, "bytes_of", lambda memory: FakeDevice(memory.keep))
+    peer = FakeDevice(memoryview(bytearray(64)))
+    monkeypatch.setattr(_cuda_ipc, "open_shared", lambda items: opened.append(items) or peer)
+
+    def region(data, readonly):
+        memory = types.SimpleNamespace(is_cuda=True, readonly=readonly, nbytes=len(data),
+                                       keep=memoryview(data))  # fmt: skip
+        return Region(1, 3, memory, None)
+
+    return types.SimpleNamespace(region=region, peer=peer, opened=opened)
+
+
+class Answers:
+    """A channel that keeps the answers a server operation sends."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, *messages):
+        self.sent += messages
+
+
+def copy_request(region, write, offset=0, length=16):
+    args = {"handle": ["00"], "write": write}
+    return _backend.OwnerRequest(_cuda_ipc.CUDA_COPY, 1, offset, length, args, region)
+
+
+def test_cuda_ipc_the_owner_copies_and_refuses_writes_to_read_only_memory(fake_cuda):
+    data = bytearray(b"read-only on a GPU, 32 bytes....")
+    region = fake_cuda.region(data, readonly=True)
+    with pytest.raises(_wire.RequestError, match=READ_ONLY) as refused:
+        _cuda_ipc._serve_copy(Answers(), copy_request(region, write=True))
+    assert refused.value.status == _wire.Status.READONLY
+    assert not fake_cuda.opened  # refused before anything of the peer was even opened
+    assert data == b"read-only on a GPU, 32 bytes...."
+    answers = Answers()
+    _cuda_ipc._serve_copy(answers, copy_request(region, write=False, offset=4, length=20))
+    assert bytes(fake_cuda.peer.view[:20]) == data[4:24]  # the owner copied into the peer's
+    with pytest.raises(_wire.RequestError, match="out of bounds") as refused:
+        _cuda_ipc._serve_copy(Answers(), copy_request(region, write=False, offset=30, length=4))
+    assert refused.value.status == _wire.Status.BOUNDS
+
+
+def test_cuda_ipc_writes_only_the_registered_range(fake_cuda):
+    data = bytearray(32)
+    region = fake_cuda.region(data, readonly=False)
+    fake_cuda.peer.view[:] = b"w" * 64
+    _cuda_ipc._serve_copy(Answers(), copy_request(region, write=True, offset=8, length=8))
+    assert data == bytes(8) + b"w" * 8 + bytes(16)
+
+
+def test_cuda_ipc_never_exports_the_owners_memory():
+    """No operation of the owner hands out a handle to its memory: the only
+    cuda_ipc operation copies, and nothing in the module shares a region."""
+    ops = _backends.by_name("cuda_ipc").owner_ops
+    assert set(ops) == {_cuda_ipc.CUDA_COPY}
+    assert not hasattr(_cuda_ipc, "owner_share")
+
+
+# -- cma: our library never writes into an owner --------------------------------------------------
 
 
 @pytest.mark.parametrize("backend", ["cma"], indirect=True)
-def test_cma_write_reports_a_buffer_dropped_during_it(owner, backend, monkeypatch):
-    buffer = owner.make.call_one("dropped-mid-write", 1 << 16, 1).get()
-    in_pieces = _cma._in_pieces
+def test_cma_writes_never_call_process_vm_writev(owner, backend, monkeypatch):
+    """The owner copies a write in (it reads the writer): the writer's
+    library has no path that writes another process's memory."""
 
-    def then_dropped(nbytes, move):
-        in_pieces(nbytes, move)
-        _control.request(buffer._handle, _wire.Op.DROP, time.monotonic() + 10)
+    def forbidden(*args):
+        raise AssertionError("process_vm_writev was called")
 
-    monkeypatch.setattr(_cma, "_in_pieces", then_dropped)
-    with pytest.raises(RDMABufferDropped, match="while this write was in progress"):
-        buffer.write_from(memoryview(bytearray(1 << 16))).get(timeout=30)
+    monkeypatch.setattr(_cma, "_writev", forbidden)
+    buffer = owner.make.call_one("no-writev", 3 << 20, -1).get()
+    new = os.urandom(3 << 20)
+    buffer.write_from(memoryview(new)).get(timeout=30)
+    out = bytearray(3 << 20)
+    buffer.read_into(memoryview(out)).get(timeout=30)
+    assert out == new
+    buffer.drop().get()
+
+
+def raw_local(buffer):
+    """An authenticated connection to the owner's Unix socket, as the control client opens it."""
+    return _control.dedicated(buffer._handle, time.monotonic() + 10, local=True)
+
+
+def address_of(view):
+    return monarch_rdma._memory.as_local_memory(view).addr
+
+
+def test_the_owner_refuses_a_cma_write_to_read_only_memory():
+    data = b"read-only, whatever a handle says"
+    buffer = RDMABuffer(memoryview(data))
+    source = memoryview(bytearray(len(data)))
+    handle = lying(buffer)._handle
+    with raw_local(buffer) as chan, pytest.raises(RDMATransferError, match=READ_ONLY):
+        _control.exchange(chan, handle, _cma.CMA_WRITE, time.monotonic() + 10,
+                          {"addr": address_of(source)}, 0, len(data))  # fmt: skip
+    assert data == b"read-only, whatever a handle says"
+    buffer.drop().get()
+
+
+def test_a_cma_write_over_tcp_is_refused():
+    """Over TCP the owner cannot know which process asks: it copies from none."""
+    data = bytearray(16)
+    buffer = RDMABuffer(memoryview(data))
+    source = memoryview(bytearray(b"x" * 16))
+    with pytest.raises(RDMATransferError, match="must come over the owner's Unix socket"):
+        _control.request(buffer._handle, _cma.CMA_WRITE, time.monotonic() + 10,
+                         {"addr": address_of(source)}, 0, 16)  # fmt: skip
+    assert data == bytes(16)
+    buffer.drop().get()
 
 
 @pytest.mark.parametrize("backend", ["cma"], indirect=True)
@@ -268,17 +367,38 @@ def test_too_wide_tracers():
         assert "session leader" in _ptrace._too_wide(leader)
 
 
-def test_allow_attach_is_a_request_of_a_buffer_holder(yama_scope_1, children):
+ASKS_FOR_ITSELF = """
+import pickle, sys, time
+from monarch_rdma import _cma, _control
+handle = pickle.loads(bytes.fromhex(sys.argv[1]))._handle
+_, answer = _control.request(handle, _cma.ALLOW_ATTACH, time.monotonic() + 30, local=True)
+print(answer["tracer"])
+"""
+
+
+def test_allow_attach_names_the_process_that_asks(yama_scope_1, children):
+    """The owner names the process at the other end of its Unix socket, as
+    the kernel says (SO_PEERCRED); a request that names another is refused."""
+    from monarch_transport import job_secret
+
+    job_secret()  # exported: the asking child is of this job
     buffer = RDMABuffer(memoryview(bytearray(64)))
+    asking = subprocess.run([sys.executable, "-c", ASKS_FOR_ITSELF, pickle.dumps(buffer).hex()],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert asking.returncode == 0, asking.stderr
+    child = int(asking.stdout)
+    assert child != os.getpid() and yama_scope_1 == [(_ptrace.PR_SET_PTRACER, child)]
     deadline = time.monotonic() + 10
-    _, answer = _control.request(buffer._handle, _cma.ALLOW_ATTACH, deadline,
-                                 {"pid": children[0]})  # fmt: skip
-    assert answer == {"tracer": children[0]}
-    with pytest.raises(RDMATransferError, match="needs a process id"):
-        _control.request(buffer._handle, _cma.ALLOW_ATTACH, deadline, {"pid": "everyone"})
+    with pytest.raises(RDMATransferError, match="a process may only ask for itself"):
+        _control.request(buffer._handle, _cma.ALLOW_ATTACH, deadline, {"pid": children[0]},
+                         local=True)  # fmt: skip
+    with pytest.raises(RDMATransferError, match="must come over the owner's Unix socket"):
+        _control.request(buffer._handle, _cma.ALLOW_ATTACH, deadline, {"pid": children[0]})
+    assert yama_scope_1 == [(_ptrace.PR_SET_PTRACER, child)]  # no one else was named
     stale = dataclasses.replace(buffer._handle, token=buffer._handle.token ^ 4)
     with pytest.raises(RDMABufferDropped):  # no live buffer of ours, no access
-        _control.request(stale, _cma.ALLOW_ATTACH, deadline, {"pid": children[1]})
+        _control.request(stale, _cma.ALLOW_ATTACH, deadline, local=True)
+    buffer.drop().get()
 
 
 @pytest.mark.parametrize("backend", ["auto"], indirect=True)

@@ -63,19 +63,25 @@ def test_byte_exact_in_process(threads, size):
 @pytest.mark.parametrize("threads", [2], indirect=True)
 @pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
 def test_one_control_step_per_transfer(owner, threads, write, monkeypatch):
-    """A cma read checks the owner's token slot once, whatever its size, a
-    write twice (before and after), and neither asks the owner's server."""
+    """A cma transfer asks the owner once, whatever its size: a read for a
+    lease (released without waiting for an answer), a write for the owner to
+    copy it in; neither reads the owner's token slot."""
     size = 3 * FROM + 7
     buffer = owner.make.call_one(f"steps-{write}", size, 1).get()
-    checks, requests = [], []
-    check, connection = _cma.check_token, _control.connection
+    checks, exchanges, told = [], [], []
+    check, exchange, tell = _cma.check_token, _control.exchange, _control.tell
     monkeypatch.setattr(_cma, "check_token", lambda h, **k: checks.append(h) or check(h, **k))
-    monkeypatch.setattr(_control, "connection", lambda *a: requests.append(a) or connection(*a))
+    monkeypatch.setattr(_control, "exchange", lambda *a: exchanges.append(a[2]) or exchange(*a))
+    monkeypatch.setattr(_control, "tell", lambda *a: told.append(a[2]) or tell(*a))
     local = memoryview(bytearray(size))
     for _ in range(3):
         future = buffer.write_from(local) if write else buffer.read_into(local)
         future.get(timeout=60)
-    assert len(checks) == (6 if write else 3) and not requests
+    assert not checks
+    if write:
+        assert exchanges == [_cma.CMA_WRITE] * 3 and not told
+    else:
+        assert exchanges == [_cma.CMA_LEASE] * 3 and told == [_cma.CMA_RELEASE] * 3
     buffer.drop().get()
     with pytest.raises(RDMABufferDropped):
         (buffer.write_from(local) if write else buffer.read_into(local)).get(timeout=60)

@@ -108,7 +108,7 @@ def authenticated(buffer):
     (sealed or not, as the integrity setting says)."""
     address = buffer._handle.owner.server
     sock = socket.create_connection(address, timeout=5)
-    return _wire.client_handshake(sock, address[0])
+    return _wire.client_handshake(sock, "tcp", address[0])
 
 
 def send(chan, buffer, op, args_bytes, offset=0):

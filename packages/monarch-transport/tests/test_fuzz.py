@@ -88,7 +88,9 @@ async def test_fuzz_nng_listener(tmp_path):
         good = await transport.connect(inbox.address, Settings(secret=SECRET, name="good"))
         for data in attacks(marker, rng):
             raw = pynng.Pair1(recv_timeout=200, send_timeout=1000)
-            raw.dial(str(inbox.address), block=True)
+            # off the loop: the listener accepts TCP on it, so a blocking dial
+            # here would wait on itself
+            await asyncio.to_thread(raw.dial, str(inbox.address), block=True)
             try:
                 raw.send(data)
                 with pytest.raises((pynng.Timeout, pynng.Closed)):

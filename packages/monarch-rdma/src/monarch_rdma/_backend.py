@@ -10,6 +10,7 @@ known to the rest of the package is in ``_backends``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -91,17 +92,19 @@ class PairRefused(Exception):
 
 
 class ConnectionResources:
-    """What a peer made the owner create through one data-plane connection
-    (an ibverbs queue pair): bounded per kind, and released when that
-    connection closes, so a peer cannot make the owner hoard resources
-    beyond its connections' lifetime."""
+    """What a peer made the owner create or hold through one data-plane
+    connection (an ibverbs queue pair, a cma lease): bounded per kind, and
+    released when that connection closes, so a peer cannot make the owner
+    hoard resources beyond its connections' lifetime."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[str, list[Callable[[], None]]] = {}
+        self._held: dict[str, dict[int, Callable[[], None]]] = {}
+        self._keys = itertools.count(1)
         self._closed = False
 
     def count(self, kind: str) -> int:
+        """How many of ``kind`` this connection holds."""
         with self._lock:
             return len(self._held.get(kind, ()))
 
@@ -114,13 +117,25 @@ class ConnectionResources:
                 "hold); close it, or use another connection",
             )
 
-    def hold(self, kind: str, release: Callable[[], None]) -> None:
-        """Keep ``release`` to run when the connection closes (at once if it already has)."""
+    def hold(self, kind: str, release: Callable[[], None]) -> int:
+        """Keep ``release`` to run when the connection closes (at once if it
+        already has); returns a key for :meth:`release`."""
         with self._lock:
+            key = next(self._keys)
             if not self._closed:
-                self._held.setdefault(kind, []).append(release)
-                return
+                self._held.setdefault(kind, {})[key] = release
+                return key
         release()
+        return key
+
+    def release(self, kind: str, key: int) -> bool:
+        """Run and forget one held ``release`` now; False if none has that key."""
+        with self._lock:
+            release = self._held.get(kind, {}).pop(key, None)
+        if release is None:
+            return False
+        release()
+        return True
 
     def close(self) -> None:
         """Release everything held (the connection closed); never raises."""
@@ -128,7 +143,7 @@ class ConnectionResources:
             self._closed = True
             held, self._held = self._held, {}
         for kind, releases in held.items():
-            for release in releases:
+            for release in releases.values():
                 try:
                     release()
                 except Exception:  # one failed release must not leak the others
@@ -149,6 +164,9 @@ class OwnerRequest:
     """What the peer's connection holds; released when it closes."""
     payload: Payload | None = None
     """The data that follows the request (a write's), when its flags say so."""
+    peer_pid: int | None = None
+    """The pid of the process at the other end, as the kernel says
+    (``SO_PEERCRED``): on the owner's Unix socket only, None on TCP."""
 
     def registered(self) -> Region:
         """The region, or the ``DROPPED`` answer the server sends for it."""

@@ -1,27 +1,41 @@
-"""The ``cma`` backend: same host, ``process_vm_readv``/``process_vm_writev``
-(Linux cross-memory attach). The reader copies straight between its memory
-and the owner's: one-sided, the owner's threads not involved at all.
+"""The ``cma`` backend: same host, ``process_vm_readv`` (Linux cross-memory
+attach), with the owner in charge of its memory.
 
-A large transfer is split into pieces copied by several threads at once
+**Reads** are one-sided: the reader copies straight from the owner's memory
+with ``process_vm_readv``, the owner's threads not involved in the copy. The
+owner only grants, over its Unix socket, a *lease* of the range first
+(``CMA_LEASE``, one round trip), which the reader releases when done
+(``CMA_RELEASE``, sent without waiting for an answer); ``drop()`` waits for
+every lease (bounded in time, and released with the reader's connection at
+the latest), so a read never runs on memory its owner let go of, where the
+owner can prevent it.
+
+**Writes** go through the owner: the writer asks it (``CMA_WRITE``, over the
+owner's Unix socket, with the address of its source), and the owner copies
+the bytes in with ``process_vm_readv`` *from the writer*: the process the
+kernel says is at the other end of the connection (``SO_PEERCRED``), never
+one a request names. So the owner checks what is writable (a read-only
+buffer is refused, whatever a handle claims) and the bounds, and copies in
+pieces, each holding a use of the region: ``drop()`` waits for the piece in
+progress and refuses the rest, so nothing lands after it returns, and the
+writer learns of it (``RDMABufferDropped``). Our library never calls
+``process_vm_writev`` into an owner. (A process of the same user that does
+so itself is not stopped by this: the kernel allows it whatever we do,
+unless Yama restricts ptrace; see docs/concepts/rdma.md.)
+
+A large copy is split into pieces copied by several threads at once
 (``cma_threads``, one per core by default): one thread's system call is
 bound by the per-page work of one core, not by memory bandwidth.
 
-A control step is one 8-byte read of the region's token slot in the owner
-(see ``_regions``). A read checks it after the copy, since a token, once
-gone, never comes back: if it is still there, the region was registered
-throughout. A write checks it before anything moves and again after (a
-buffer dropped during the write is reported), and only writes a region
-whose token says its owner registered writable memory.
-
-The kernel allows cross-memory attach when the reader may ptrace the owner:
-same user (or CAP_SYS_PTRACE), and under Yama's ``ptrace_scope`` 1 only if
-the owner named the reader. So there, before its first transfer with an
-owner, a reader asks the owner's server to let it attach (``ALLOW_ATTACH``,
-authenticated by the job's secret); the owner names as few processes as it
-can (see ``_ptrace``). Where the kernel still refuses (``EPERM``: scope 2 or
-3, a seccomp filter, another user, an owner that would have to name too
-wide an ancestor), the pair falls back to the next backend (tcp) with a
-warning, once.
+The kernel allows cross-memory attach when the copying process may ptrace
+the other: same user (or CAP_SYS_PTRACE), and under Yama's ``ptrace_scope``
+1 only if the other named it. So there, before its first read from an
+owner, a reader asks the owner to let it attach (``ALLOW_ATTACH``, on the
+Unix socket: the owner names the asking process, see ``_ptrace``), and
+before its first write to an owner, a writer lets that owner attach to it
+(its own tracer policy). Where the kernel still refuses (``EPERM``: scope 2
+or 3, a seccomp filter, another user, a tracer that would cover too much),
+the pair falls back to the next backend (tcp) with a warning, once.
 
 Owner side: the kernel pins each page of the owner's memory it copies, and
 pinning a 2 MiB huge page costs what pinning one 4 KiB page does; a reader
@@ -62,11 +76,14 @@ from ._handle import Handle
 from ._identity import this_host
 from ._memory import LocalMemory
 from ._ptrace import ptrace_scope
-from ._regions import Region, writable_token
-from ._wire import Channel, RequestError, Status, answer_json, readonly_message
+from ._regions import LEASE_MAX, Region, writable_token
+from ._wire import Channel, RequestError, Status, answer, answer_json, readonly_message
 
 __all__ = [
     "ALLOW_ATTACH",
+    "CMA_LEASE",
+    "CMA_RELEASE",
+    "CMA_WRITE",
     "CmaBackend",
     "CmaDenied",
     "copy",
@@ -75,7 +92,13 @@ __all__ = [
     "supported",
 ]
 
-ALLOW_ATTACH = 9  # data-plane operation: args {"pid": reader}; the owner lets that reader attach
+ALLOW_ATTACH = 9  # data-plane operation: the owner lets the asking process (SO_PEERCRED) attach
+CMA_WRITE = 10  # args {"addr": source in the writer}: the owner copies length bytes in from it
+CMA_LEASE = 11  # args {"seconds": most}: a lease of [offset, offset + length); value: its id
+CMA_RELEASE = 12  # args {"lease": id}: the read is done (sent QUIET: no answer)
+MAX_LEASES_PER_CONNECTION = 64
+LEASE_SLACK = 1.0  # seconds a reader asks for beyond its own deadline
+OWNER_PIECE = 8 << 20  # the most the owner copies under one use: what drop() may wait for
 PIECE = 256 << 20  # one system call moves at most this much; the deadline is checked between
 PARALLEL_FROM = 8 << 20  # smaller transfers run on one thread: a hand-off would cost more
 PARALLEL_PIECE = 2 << 20  # the smallest piece a thread takes (pieces shrink to it at the end)
@@ -242,7 +265,12 @@ class CmaBackend:
         if not owner.feature("cma"):
             return "the owner's system forbids cross-memory attach (Yama ptrace_scope)"
         if (owner.host_key, owner.pid) in self.denied:
-            return f"the kernel refused process_vm_readv to pid {owner.pid} (EPERM)"
+            return f"the kernel refused cross-memory attach with pid {owner.pid} (EPERM)"
+        if owner.pid != os.getpid() and not (owner.local and os.path.exists(owner.local)):
+            return (
+                "the owner's Unix socket cannot be reached from here (another mount namespace, "
+                "or an owner without one): it grants and copies same-host transfers"
+            )
         return None
 
     def transfer(
@@ -254,40 +282,72 @@ class CmaBackend:
         write: bool,
         deadline: float,
     ) -> None:
-        remote = handle.addr + remote_offset
         if handle.owner.pid == os.getpid():
-            self._in_process(handle, local.addr, remote, nbytes, write)
+            self._in_process(handle, local.addr, handle.addr + remote_offset, nbytes, write)
             return
-
-        def move(offset: int, length: int) -> None:
-            _copy_all(handle, local.addr + offset, remote + offset, length, write, deadline)
-
         try:
-            self._allowed(handle, deadline)
             if write:
-                check_token(handle, write=True)  # never into memory let go of, nor read-only
-                _in_pieces(nbytes, move)
-                self._still_registered_after_write(handle)
-                return
-            try:
-                _in_pieces(nbytes, move)
-            except (RDMAOwnerGone, CmaDenied, RDMATimeoutError):
-                raise
-            except RDMATransferError:  # freed memory: say it was dropped, if it was
-                check_token(handle)
-                raise
-            check_token(handle)  # dropped while we read: the bytes may be stale
-        except CmaDenied as error:
+                self._write(handle, local, remote_offset, nbytes, deadline)
+            else:
+                self._allowed(handle, deadline)
+                self._read(handle, local, remote_offset, nbytes, deadline)
+        except PairRefused as error:
             owner = handle.owner
             with self.lock:
                 self.denied.add((owner.host_key, owner.pid))
             warnings.warn(
-                f"process_vm_readv to pid {owner.pid} is not permitted here (ptrace_scope="
+                f"cross-memory attach with pid {owner.pid} is not permitted here (ptrace_scope="
                 f"{ptrace_scope()}: {error}); falling back to the tcp backend for this owner",
                 RDMATcpFallbackWarning,
                 stacklevel=2,
             )
-            raise
+            raise CmaDenied(str(error)) from error
+
+    @staticmethod
+    def _read(
+        handle: Handle, local: LocalMemory, remote_offset: int, nbytes: int, deadline: float
+    ) -> None:
+        """A lease of the range from the owner, the copy, the lease's release."""
+        remote = handle.addr + remote_offset
+
+        def move(offset: int, length: int) -> None:
+            _copy_all(handle, local.addr + offset, remote + offset, length, False, deadline)
+
+        seconds = max(0.0, deadline - time.monotonic()) + LEASE_SLACK
+        with _control.connection(handle, deadline, local=True) as chan:
+            asked = time.monotonic()
+            lease, _ = _control.exchange(chan, handle, CMA_LEASE, deadline, {"seconds": seconds},
+                                         remote_offset, nbytes)  # fmt: skip
+            try:
+                _in_pieces(nbytes, move)
+            finally:
+                _control.tell(chan, handle, CMA_RELEASE, {"lease": lease})
+        if time.monotonic() > asked + min(seconds, LEASE_MAX):  # the lease may have run out
+            check_token(handle)  # dropped meanwhile: the bytes may be stale
+
+    def _write(
+        self, handle: Handle, local: LocalMemory, remote_offset: int, nbytes: int,
+        deadline: float,
+    ) -> None:  # fmt: skip
+        """Ask the owner to copy ``local`` in: it reads it from this process."""
+        self._let_owner_attach(handle)
+        _control.request(handle, CMA_WRITE, deadline, {"addr": local.addr}, remote_offset,
+                         nbytes, local=True)  # fmt: skip
+
+    def _let_owner_attach(self, handle: Handle) -> None:
+        """Under Yama scope 1, let the owner attach to this process (once per
+        owner), so that it can copy a write's source in."""
+        owner = handle.owner
+        key = (owner.host_key, -owner.pid, owner.start_time)  # apart from the readers' keys
+        if key in self.allowed:
+            return
+        if ptrace_scope() == 1:
+            try:
+                _ptrace.policy.allow(owner.pid)
+            except PermissionError as error:
+                raise CmaDenied(str(error)) from error
+        with self.lock:
+            self.allowed.add(key)
 
     def _allowed(self, handle: Handle, deadline: float) -> None:
         """Under Yama scope 1, ask the owner once to let this process attach
@@ -297,8 +357,8 @@ class CmaBackend:
         if key in self.allowed:
             return
         if ptrace_scope() == 1:  # the host's setting: read once per owner, not per transfer
-            try:
-                _control.request(handle, ALLOW_ATTACH, deadline, {"pid": os.getpid()})
+            try:  # the owner names the process at our end of its Unix socket: this one
+                _control.request(handle, ALLOW_ATTACH, deadline, local=True)
             except (RDMABufferDropped, RDMAOwnerGone, RDMATimeoutError):
                 raise
             except RDMATransferError as error:  # the owner refused: tcp serves this pair
@@ -307,16 +367,9 @@ class CmaBackend:
             self.allowed.add(key)
 
     @staticmethod
-    def _still_registered_after_write(handle: Handle) -> None:
-        """A write whose buffer was dropped meanwhile is reported, not taken for done."""
-        try:
-            check_token(handle)
-        except RDMABufferDropped as error:
-            raise _dropped_during_write(handle) from error
-
-    @staticmethod
     def _in_process(handle: Handle, local: int, remote: int, nbytes: int, write: bool) -> None:
-        """The owner is this process: memmove, after the same checks."""
+        """The owner is this process: memmove, after the same checks, each
+        piece holding a use of the region (``drop()`` waits for it)."""
         region = _owner.regions().lookup(handle.buffer_id, handle.token)
         if region is None:
             raise _dropped(handle)
@@ -325,9 +378,15 @@ class CmaBackend:
         src, dst = (local, remote) if write else (remote, local)
 
         def move(offset: int, length: int) -> None:
-            ctypes.memmove(dst + offset, src + offset, length)
+            for start in range(offset, offset + length, OWNER_PIECE):
+                size = min(OWNER_PIECE, offset + length - start)
+                with region.touching():
+                    ctypes.memmove(dst + start, src + start, size)
 
-        _in_pieces(nbytes, move)
+        try:
+            _in_pieces(nbytes, move)
+        except RDMABufferDropped as error:
+            raise (_dropped_during_write(handle) if write else _dropped(handle)) from error
         if write and _owner.regions().lookup(handle.buffer_id, handle.token) is None:
             raise _dropped_during_write(handle)
 
@@ -390,18 +449,129 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+def _peer(request: OwnerRequest, what: str) -> int:
+    """The asking process's pid, as the kernel says (the owner's Unix socket only)."""
+    if request.peer_pid is None or request.peer_pid <= 0:
+        raise RequestError(
+            Status.BAD_REQUEST,
+            f"{what} must come over the owner's Unix socket, where the kernel names the process "
+            "that asks; over TCP the owner cannot know which process is at the other end",
+        )
+    return request.peer_pid
+
+
 def _serve_allow(chan: Channel, request: OwnerRequest) -> None:
-    """Owner side of ``ALLOW_ATTACH``: let the asking reader attach to us.
-    Only a holder of a live buffer of ours, over an authenticated connection."""
+    """Owner side of ``ALLOW_ATTACH``: let the asking process attach to us.
+    Only a holder of a live buffer of ours, over an authenticated connection
+    to our Unix socket; the process allowed is the one the kernel says is at
+    the other end (``SO_PEERCRED``), never one the request names."""
     request.registered()
-    pid = request.args.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        raise RequestError(Status.BAD_REQUEST, f"ALLOW_ATTACH needs a process id, not {pid!r}")
+    pid = _peer(request, "ALLOW_ATTACH")
+    claimed = request.args.get("pid", pid)
+    if claimed != pid:
+        raise RequestError(
+            Status.FAILED,
+            f"ALLOW_ATTACH names process {claimed!r}, but the process asking is {pid}: a "
+            "process may only ask for itself",
+        )
     try:
         tracer = _ptrace.policy.allow(pid)
     except PermissionError as error:
         raise RequestError(Status.FAILED, str(error)) from error
     answer_json(chan, {"tracer": tracer})
+
+
+def _serve_lease(chan: Channel, request: OwnerRequest) -> None:
+    """Owner side of ``CMA_LEASE``: ``drop()`` waits for this reader's copy."""
+    region = request.registered()
+    _check_range(region, request.offset, request.length)
+    seconds = request.args.get("seconds", LEASE_MAX)
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        raise RequestError(Status.BAD_REQUEST, f"a lease lasts some seconds, not {seconds!r}")
+    request.resources.reserve(LEASES, MAX_LEASES_PER_CONNECTION)
+    table = region.table
+    if table is None:
+        raise RequestError(Status.FAILED, "this region is not in a table of regions")
+    lease = table.lease(region, float(seconds))
+    key = request.resources.hold(LEASES, lambda: table.release(region, lease))
+    answer(chan, Status.OK, value=key)
+
+
+def _serve_release(chan: Channel, request: OwnerRequest) -> None:
+    """Owner side of ``CMA_RELEASE``: the reader is done (the region may be
+    dropped already: ``drop()`` is waiting for this)."""
+    key = request.args.get("lease")
+    if not isinstance(key, int) or not request.resources.release(LEASES, key):
+        raise RequestError(Status.BAD_REQUEST, f"this connection holds no lease {key!r}")
+    answer(chan, Status.OK)
+
+
+def _serve_write(chan: Channel, request: OwnerRequest) -> None:
+    """Owner side of ``CMA_WRITE``: copy the writer's source in, from the
+    process at the other end of the connection, piece by piece, each under a
+    use of the region: a ``drop()`` meanwhile stops it after that piece."""
+    region = request.registered()
+    if region.memory.readonly:
+        raise RequestError(Status.READONLY, readonly_message(request.buffer_id))
+    _check_range(region, request.offset, request.length)
+    pid = _peer(request, "a cma write")
+    source = request.args.get("addr")
+    if not isinstance(source, int) or isinstance(source, bool) or source <= 0:
+        raise RequestError(Status.BAD_REQUEST, f"a cma write needs its source's address, not "
+                           f"{source!r}")  # fmt: skip
+    dst = region.memory.addr + request.offset
+
+    def move(offset: int, length: int) -> None:
+        for start in range(offset, offset + length, OWNER_PIECE):
+            size = min(OWNER_PIECE, offset + length - start)
+            with region.touching():  # RDMABufferDropped once drop() has begun
+                _pull(pid, dst + start, source + start, size)
+
+    try:
+        _in_pieces(request.length, move)
+    except RDMABufferDropped as error:
+        raise RequestError(
+            Status.DROPPED,
+            f"buffer {request.buffer_id} was dropped (RDMABuffer.drop()) by its owner while this "
+            "write was in progress: the owner stopped copying it in, and nothing of it lands "
+            "after drop()",
+        ) from error
+    answer(chan, Status.OK)
+
+
+def _pull(pid: int, local: int, remote: int, nbytes: int) -> None:
+    """Copy ``nbytes`` from process ``pid`` at ``remote`` to ``local`` here."""
+    moved = 0
+    while moved < nbytes:
+        try:
+            done = copy(pid, local + moved, remote + moved, nbytes - moved, False)
+        except OSError as error:
+            if error.errno == errno.EPERM:
+                raise RequestError(
+                    Status.DENIED,
+                    f"the kernel does not let the owner read the writer's memory (pid {pid}): "
+                    f"{error}",
+                ) from error
+            if error.errno == errno.EFAULT:
+                raise RequestError(
+                    Status.FAILED, "the write's source is not mapped in the writer"
+                ) from error
+            raise RequestError(Status.FAILED, f"copying from pid {pid} failed: {error}") from error
+        if done == 0:
+            raise RequestError(Status.FAILED, "the write's source is not mapped in the writer")
+        moved += done
+
+
+def _check_range(region: Region, offset: int, length: int) -> None:
+    if offset + length > region.memory.nbytes:
+        raise RequestError(
+            Status.BOUNDS,
+            f"{length} bytes at offset {offset} are out of bounds of buffer "
+            f"{region.buffer_id} ({region.memory.nbytes} bytes)",
+        )
+
+
+LEASES = "cma leases"
 
 
 def _disabled(config: RdmaConfig) -> str | None:
@@ -412,7 +582,12 @@ _backends.register(
     _backends.Registration(
         CmaBackend(),
         rank=20,
-        owner_ops={ALLOW_ATTACH: _serve_allow},
+        owner_ops={
+            ALLOW_ATTACH: _serve_allow,
+            CMA_WRITE: _serve_write,
+            CMA_LEASE: _serve_lease,
+            CMA_RELEASE: _serve_release,
+        },
         on_register=prefer_huge_pages,
         advertise=lambda: {"cma": permitted()},
         disabled=_disabled,

@@ -2,9 +2,12 @@
 server, and one-request exchanges over them.
 
 Every backend that needs the owner's help goes through here: ``drop()`` from
-a holder, the atomics, the ibverbs queue-pair exchange, the CUDA IPC handle.
+a holder, the atomics, the ibverbs queue-pair exchange, the CUDA copies.
 The tcp backend streams its data over the same pooled connections
-(:func:`connection`). Socket failures become the ``RDMAError`` a user can
+(:func:`connection`). Peers on the owner's host that need the owner to know
+who they are (cma: a lease, a write the owner copies in, ``ALLOW_ATTACH``;
+cuda_ipc) connect to the owner's Unix socket instead (``local=True``),
+where the kernel tells the owner their pid. Socket failures become the ``RDMAError`` a user can
 act on: a timeout, an owner that is gone, a dropped buffer; an answer that
 fails its integrity check (a sealed connection, see ``_wire``) fails the
 transfer with an ``RDMATransferError`` that says so, and is logged.
@@ -26,6 +29,7 @@ from typing import Any
 
 from monarch_transport import IntegrityError
 
+from ._backend import PairRefused
 from ._errors import RDMABufferDropped, RDMAOwnerGone, RDMATimeoutError, RDMATransferError
 from ._handle import Handle
 from ._wire import (
@@ -39,6 +43,7 @@ from ._wire import (
 )
 
 __all__ = [
+    "Address",
     "as_rdma_error",
     "connection",
     "dedicated",
@@ -46,6 +51,7 @@ __all__ = [
     "read_answer",
     "request",
     "set_deadline",
+    "tell",
 ]
 
 log = logging.getLogger("monarch.rdma.client")
@@ -54,7 +60,23 @@ RETRY_FIRST_PAUSE = 0.01  # a connection closed in its handshake is tried again 
 RETRY_MAX_PAUSE = 0.5
 
 
-def _open(address: tuple[str, int], deadline: float) -> Channel:
+Address = tuple[str, int] | str  # TCP (host, port), or the path of the owner's Unix socket
+
+
+def _connect(address: Address, timeout: float) -> socket.socket:
+    if isinstance(address, str):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    return socket.create_connection(address, timeout=timeout)
+
+
+def _open(address: Address, deadline: float) -> Channel:
     """A new authenticated connection to the server at ``address``.
 
     A server closes new connections at once while too many are in their
@@ -64,10 +86,13 @@ def _open(address: tuple[str, int], deadline: float) -> Channel:
     pause = RETRY_FIRST_PAUSE
     while True:
         timeout = max(0.001, min(CONNECT_TIMEOUT, deadline - time.monotonic()))
-        sock = socket.create_connection(address, timeout=timeout)
+        sock = _connect(address, timeout)
         try:
             tune(sock)
-            chan = client_handshake(sock, address[0])
+            if isinstance(address, str):
+                chan = client_handshake(sock, "ipc", address)
+            else:
+                chan = client_handshake(sock, "tcp", address[0])
             set_deadline(chan, deadline)
             return chan
         except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
@@ -86,16 +111,16 @@ class _Pool:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.idle: dict[tuple[str, int], collections.deque[Channel]] = {}
+        self.idle: dict[Address, collections.deque[Channel]] = {}
 
-    def acquire(self, address: tuple[str, int], deadline: float) -> Channel:
+    def acquire(self, address: Address, deadline: float) -> Channel:
         with self.lock:
             idle = self.idle.get(address)
             if idle:
                 return idle.pop()
         return _open(address, deadline)
 
-    def release(self, address: tuple[str, int], sock: Channel) -> None:
+    def release(self, address: Address, sock: Channel) -> None:
         with self.lock:
             self.idle.setdefault(address, collections.deque()).append(sock)
 
@@ -139,12 +164,24 @@ def set_deadline(sock: Channel, deadline: float) -> None:
     sock.settimeout(left)
 
 
+def _address(handle: Handle, local: bool) -> Address:
+    if not local:
+        return handle.owner.server
+    if not handle.owner.local:
+        raise RDMATransferError(
+            f"the owner of RDMA buffer {handle.buffer_id} ({_where(handle)}) has no Unix socket "
+            "(an older version?); same-host transfers with it go over tcp"
+        )
+    return handle.owner.local
+
+
 @contextlib.contextmanager
-def connection(handle: Handle, deadline: float) -> Iterator[Channel]:
+def connection(handle: Handle, deadline: float, local: bool = False) -> Iterator[Channel]:
     """A pooled connection to ``handle``'s owner, returned to the pool when
     the block completes; closed (and the failure mapped to an ``RDMAError``)
-    when it does not, since the stream may be mid-message."""
-    address = handle.owner.server
+    when it does not, since the stream may be mid-message. ``local``: to
+    the owner's Unix socket (same host), where the owner knows our pid."""
+    address = _address(handle, local)
     try:
         sock = _pool.acquire(address, deadline)
     except OSError as error:
@@ -205,7 +242,11 @@ def read_answer(
         ) from error
     if status != Status.OK:
         text = bytes(body).decode(errors="replace")
-        raise RDMABufferDropped(text) if status == Status.DROPPED else RDMATransferError(text)
+        if status == Status.DROPPED:
+            raise RDMABufferDropped(text)
+        if status == Status.DENIED:  # the system refuses this way for this pair: try another
+            raise PairRefused(text)
+        raise RDMATransferError(text)
     return value, bytes(body) if into is None else b""
 
 
@@ -226,6 +267,24 @@ def exchange(
     return value, (json.loads(message) if message else {})
 
 
+def tell(
+    sock: Channel,
+    handle: Handle,
+    op: int,
+    args: dict[str, Any] | None = None,
+    offset: int = 0,
+    length: int = 0,
+) -> None:
+    """Send a ``QUIET`` request on ``sock``: nothing is answered when it
+    succeeds (a failure closes the connection, which the next exchange on
+    it then meets)."""
+    arg_bytes = json.dumps(args).encode() if args else b""
+    header = request_header(
+        op, handle.buffer_id, handle.token, offset, length, len(arg_bytes), quiet=True
+    )
+    sock.send([header, arg_bytes, b""])
+
+
 def request(
     handle: Handle,
     op: int,
@@ -233,19 +292,20 @@ def request(
     args: dict[str, Any] | None = None,
     offset: int = 0,
     length: int = 0,
+    local: bool = False,
 ) -> tuple[int, dict[str, Any]]:
-    """One small request to the owner's server, on a pooled connection:
-    returns (value, JSON answer)."""
-    with connection(handle, deadline) as sock:
+    """One small request to the owner's server, on a pooled connection
+    (``local``: to its Unix socket): returns (value, JSON answer)."""
+    with connection(handle, deadline, local) as sock:
         return exchange(sock, handle, op, deadline, args, offset, length)
 
 
-def dedicated(handle: Handle, deadline: float) -> Channel:
+def dedicated(handle: Handle, deadline: float, local: bool = False) -> Channel:
     """A new authenticated connection to ``handle``'s owner, never pooled:
     for what the owner creates for us and keeps only while the connection
     lives (an ibverbs queue pair). Closing it releases those."""
     try:
-        return _open(handle.owner.server, deadline)
+        return _open(_address(handle, local), deadline)
     except OSError as error:
         raise as_rdma_error(handle, error, deadline) from error
 

@@ -1,15 +1,28 @@
 """The ``cuda_ipc`` backend: CUDA memory between processes of one host.
 
-The owner shares the storage behind its tensor with a CUDA IPC handle,
-asked for once over its data-plane server (operation ``CUDA_IPC``), then
-cached by the reader; the reader opens it and copies with ``torch`` on the
-device (GPU to GPU, or GPU to host). Everything here needs torch with CUDA;
-without it the errors say so.
+The owner never exports its own memory. A CUDA IPC handle
+(``cudaIpcGetMemHandle``) names a whole allocation, not a range: for a
+tensor of torch's caching allocator, the whole segment it was carved from,
+other tensors included; and ``cudaIpcOpenMemHandle`` always maps it
+read-write (its only flag is ``cudaIpcMemLazyEnablePeerAccess``). The
+driver's virtual memory API (``cuMemCreate``, exported with
+``cuMemExportToShareableHandle``) does let a mapping be read-only, but the
+*importer* sets that access (``cuMemSetAccess``), so it binds only an
+honest importer, and it needs memory allocated that way, not the tensors
+``RDMABuffer`` accepts. Handing out a handle would thus make a read-only
+buffer, and the bytes around any buffer, writable by whoever holds it, and
+usable after ``drop()``.
 
-An IPC handle maps the owner's memory read-write; the owner cannot restrict
-that mapping, so it says in its answer whether it registered the memory
-writable, and the reader refuses writes to a buffer its owner calls
-read-only (a handle that claims otherwise changes nothing).
+So the owner does every copy itself, on its own device, into or out of
+memory the *peer* shares (operation ``CUDA_COPY``): the peer keeps a
+staging allocation of its own (reused between transfers), sends its IPC
+handle with the request, and copies between it and its tensor on its side.
+The owner checks the range, refuses a write to a read-only buffer, holds a
+use of the region for the copy and synchronizes before answering: once
+``drop()`` returns, no copy of it runs. What the peer shares is its own
+staging memory, which it lends for that purpose. It costs a device copy on
+the peer's side and a round trip per transfer. Everything here needs torch
+with CUDA; without it the errors say so.
 """
 
 from __future__ import annotations
@@ -23,44 +36,76 @@ import monarch_rdma._control as _control
 
 from ._backend import OwnerRequest
 from ._cuda_memory import bytes_of, cuda_available, torch_module
-from ._errors import RDMABackendUnavailable, RDMATransferError
 from ._handle import Handle
 from ._identity import this_host
 from ._memory import LocalMemory
-from ._regions import Region
-from ._wire import Channel, answer_json, readonly_message
+from ._wire import Channel, RequestError, Status, answer, readonly_message
 
-__all__ = ["CUDA_IPC", "CudaIpcBackend", "owner_share"]
+__all__ = ["CUDA_COPY", "CudaIpcBackend", "open_shared", "share"]
 
-CUDA_IPC = 8  # data-plane operation: answer the CUDA IPC handle of the buffer's storage
+CUDA_COPY = 8  # args {"handle": the peer's staging, "write": bool}: the owner copies the range
+IDLE_STAGING = 4  # staging allocations a peer keeps per device for reuse
 
 
-def owner_share(region: Region) -> dict[str, Any]:
-    """The CUDA IPC handle of the storage behind ``region`` (on the owner)."""
+def share(tensor: Any) -> list[Any]:
+    """The CUDA IPC description of ``tensor``'s storage, as JSON can carry it."""
+    shared = tensor.untyped_storage()._share_cuda_()
+    return [item.hex() if isinstance(item, bytes) else item for item in shared]
+
+
+def open_shared(items: list[Any]) -> Any:
+    """A flat uint8 tensor over the storage another process shared with :func:`share`."""
+    torch = torch_module()
+    args = [bytes.fromhex(item) if isinstance(item, str) else item for item in items]
+    storage = torch.UntypedStorage._new_shared_cuda(*args)
+    flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
+    flat.set_(storage, 0, (storage.nbytes(),), (1,))
+    return flat
+
+
+def _serve_copy(chan: Channel, request: OwnerRequest) -> None:
+    """Owner side of ``CUDA_COPY``: copy the range between the region and
+    the peer's shared staging memory, under a use of the region."""
+    region = request.registered()
     memory = region.memory
+    write = request.args.get("write")
+    items = request.args.get("handle")
+    if not isinstance(write, bool) or not isinstance(items, list):
+        raise RequestError(Status.BAD_REQUEST, "CUDA_COPY needs a shared handle and a direction")
     if not memory.is_cuda:
-        raise RDMABackendUnavailable("cuda_ipc shares CUDA memory; this buffer is host memory")
-    storage = memory.keep.untyped_storage()
-    shared = storage._share_cuda_()
-    offset = memory.addr - int(storage.data_ptr())
-    return {
-        "handle": [item.hex() if isinstance(item, bytes) else item for item in shared],
-        "offset": offset,
-        "writable": not memory.readonly,
-    }
-
-
-def _serve_share(chan: Channel, request: OwnerRequest) -> None:
-    answer_json(chan, owner_share(request.registered()))
+        raise RequestError(Status.BAD_REQUEST, "cuda_ipc copies CUDA memory; this is host memory")
+    if write and memory.readonly:
+        raise RequestError(Status.READONLY, readonly_message(request.buffer_id))
+    offset, length = request.offset, request.length
+    if offset + length > memory.nbytes:
+        raise RequestError(
+            Status.BOUNDS,
+            f"{length} bytes at offset {offset} are out of bounds of buffer "
+            f"{request.buffer_id} ({memory.nbytes} bytes)",
+        )
+    torch = torch_module()
+    theirs = open_shared(items)
+    if theirs.numel() < length:
+        raise RequestError(
+            Status.BAD_REQUEST, "the shared staging memory is smaller than the range"
+        )
+    mine = bytes_of(memory)[offset : offset + length]
+    with region.touching():  # drop() waits for the copy, synchronized, to end
+        if write:
+            mine.copy_(theirs[:length])
+        else:
+            theirs[:length].copy_(mine)
+        torch.cuda.synchronize(mine.device)
+    answer(chan, Status.OK)
 
 
 class CudaIpcBackend:
-    """Device copies through a CUDA IPC handle to the owner's storage."""
+    """Device copies the owner makes between its memory and the peer's staging."""
 
     name = "cuda_ipc"
 
     def __init__(self) -> None:
-        self._opened: dict[tuple[str, int, int, int], tuple[Any, bool]] = {}  # view, writable
+        self._idle: dict[str, list[Any]] = {}  # device -> staging tensors not in use
         self._lock = threading.Lock()
 
     def available(self) -> bool:
@@ -79,26 +124,23 @@ class CudaIpcBackend:
             return "cuda_ipc works between processes of one host only"
         return None
 
-    def _remote(self, handle: Handle, deadline: float) -> tuple[Any, bool]:
-        """The owner's memory opened here, and whether its owner lets us write it."""
-        owner = handle.owner
-        key = (owner.host_key, owner.pid, handle.buffer_id, handle.token)
+    def _take(self, device: str, nbytes: int) -> Any:
         with self._lock:
-            opened = self._opened.get(key)
-        if opened is None:
-            torch = torch_module()
-            _, answer = _control.request(handle, CUDA_IPC, deadline)
-            args = [
-                bytes.fromhex(item) if isinstance(item, str) else item for item in answer["handle"]
-            ]
-            storage = torch.UntypedStorage._new_shared_cuda(*args)
-            flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
-            flat.set_(storage, 0, (storage.nbytes(),), (1,))
-            view = flat[int(answer["offset"]) : int(answer["offset"]) + handle.nbytes]
-            opened = (view, bool(answer.get("writable", True)))
-            with self._lock:
-                self._opened[key] = opened
-        return opened
+            idle = self._idle.get(device, [])
+            fits = [t for t in idle if t.numel() >= nbytes]
+            if fits:
+                staging = min(fits, key=lambda t: t.numel())
+                idle.remove(staging)
+                return staging
+        torch = torch_module()
+        return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+
+    def _give(self, device: str, staging: Any) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(device, [])
+            idle.append(staging)
+            idle.sort(key=lambda t: t.numel())
+            del idle[IDLE_STAGING:]
 
     def transfer(
         self,
@@ -110,21 +152,25 @@ class CudaIpcBackend:
         deadline: float,
     ) -> None:
         torch = torch_module()
-        opened, writable = self._remote(handle, deadline)
-        if write and not writable:
-            raise RDMATransferError(readonly_message(handle.buffer_id))
-        remote = opened[remote_offset : remote_offset + nbytes]
+        device = local.device if local.is_cuda else handle.device
         if local.is_cuda:
             mine = bytes_of(local)[:nbytes]
         else:
             mine = torch.frombuffer(local.view(0, nbytes), dtype=torch.uint8)
-        if write:
-            remote.copy_(mine)
-        else:
-            mine.copy_(remote)
-        torch.cuda.synchronize(remote.device)
+        staging = self._take(device, nbytes)
+        try:
+            if write:
+                staging[:nbytes].copy_(mine)
+                torch.cuda.synchronize(staging.device)
+            _control.request(handle, CUDA_COPY, deadline, {"handle": share(staging),
+                             "write": write}, remote_offset, nbytes)  # fmt: skip
+            if not write:
+                mine.copy_(staging[:nbytes])
+                torch.cuda.synchronize(staging.device)
+        finally:
+            self._give(device, staging)
 
 
 _backends.register(
-    _backends.Registration(CudaIpcBackend(), rank=10, owner_ops={CUDA_IPC: _serve_share})
+    _backends.Registration(CudaIpcBackend(), rank=10, owner_ops={CUDA_COPY: _serve_copy})
 )

@@ -28,6 +28,9 @@ class OwnerInfo:
     start_time: int
     server: tuple[str, int]  # the owner's data-plane server (control requests, tcp data)
     features: tuple[tuple[str, Any], ...] = ()
+    # the same server's Unix socket, for peers of the owner's host ("": none); there the
+    # owner learns the peer's pid from the kernel (same-host writes, ALLOW_ATTACH, leases)
+    local: str = ""
 
     def feature(self, name: str, default: Any = None) -> Any:
         """What the backend that owns ``name`` advertised for this owner."""

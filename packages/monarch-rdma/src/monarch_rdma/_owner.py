@@ -48,6 +48,7 @@ class Owner:
                     start_time=process_start_time(pid),
                     server=server.address,
                     features=_backends.advertised(),
+                    local=server.local,
                 )
             return self.info
 

@@ -10,28 +10,54 @@ again.
 
 A token also says whether the owner lets its region be written: bit 1
 (``WRITABLE``) is set only for a region registered from writable memory.
-Since a token is checked against the owner's own slot, a same-host writer
+Since a token is checked against the owner's own slot, a same-host peer
 learns what the *owner* registered, not what a (possibly altered) handle
 claims.
+
+Lifetime is the owner's too. Everything that touches a region's memory on
+the owner's behalf holds a *use* of it while it does (:meth:`RegionTable.touching`:
+a tcp request's copy, a same-host write the owner copies in, an atomic), and
+a same-host reader that copies out one-sidedly holds a *lease* (granted by
+the owner's server, bounded in time, released with its connection at the
+latest). ``drop()`` first makes the region unknown (no new use or lease is
+granted, the token slot is zeroed), then waits until every use has ended
+and every lease is released or expired: once it returns, no transfer the
+owner serves touches the memory again. A use is held only while memory is
+copied (never while a socket waits), so ``drop()`` waits for at most one
+piece of each copy in progress.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
+import logging
 import secrets
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._errors import RDMABufferDropped
 from ._handle import Handle, OwnerInfo
 from ._memory import LocalMemory
 
-__all__ = ["WRITABLE", "Region", "RegionTable", "writable_token"]
+__all__ = ["LEASE_MAX", "WRITABLE", "Region", "RegionTable", "dropped_error", "writable_token"]
 
+log = logging.getLogger("monarch.rdma.server")
 SLOTS_PER_TABLE = 1024
 WRITABLE = 2  # token bit: the owner accepts writes to this region
+LEASE_MAX = 60.0  # seconds one lease may last, however long the reader asks for
+
+
+def dropped_error(buffer_id: int) -> RDMABufferDropped:
+    """The error of a use or lease asked for after ``drop()`` began."""
+    return RDMABufferDropped(
+        f"buffer {buffer_id} is not registered at its owner: it was dropped (RDMABuffer.drop()) "
+        "or its owner restarted"
+    )
 
 
 def writable_token(token: int) -> bool:
@@ -50,6 +76,18 @@ class Region:
     # what backends attached (an ibverbs MR, a CUDA IPC handle), released on drop
     extras: dict[str, Any] = field(default_factory=dict)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
+    # the owner's own copies in progress, and same-host readers' leases (id -> expiry,
+    # ``time.monotonic()``); ``drop()`` waits for both (guarded by the table's lock)
+    uses: int = 0
+    leases: dict[int, float] = field(default_factory=dict)
+    dropped: bool = False
+    table: RegionTable | None = field(default=None, repr=False, compare=False)
+
+    def touching(self) -> contextlib.AbstractContextManager[None]:
+        """:meth:`RegionTable.touching` of this region, in its own table."""
+        if self.table is None:  # never registered (a stand-in): nothing waits for it
+            return contextlib.nullcontext()
+        return self.table.touching(self)
 
 
 class RegionTable:
@@ -57,6 +95,8 @@ class RegionTable:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self._changed = threading.Condition(self.lock)  # a use ended or a lease was released
+        self._lease_ids = itertools.count(1)
         self.atomic_lock = threading.Lock()  # fetch_add / compare_and_swap
         self.regions: dict[int, Region] = {}
         self.ids = itertools.count(1)
@@ -82,7 +122,7 @@ class RegionTable:
                 token |= WRITABLE
             slot = self._slot()
             slot.value = token
-            self.regions[buffer_id] = Region(buffer_id, token, memory, slot)
+            self.regions[buffer_id] = Region(buffer_id, token, memory, slot, table=self)
         return Handle(
             buffer_id,
             token,
@@ -99,14 +139,75 @@ class RegionTable:
         region = self.regions.get(buffer_id)
         return region if region is not None and region.token == token else None
 
+    @contextlib.contextmanager
+    def touching(self, region: Region) -> Iterator[None]:
+        """Hold a use of ``region`` while the block copies its memory.
+
+        Raises:
+            RDMABufferDropped: ``drop()`` has begun; nothing may touch it.
+        """
+        with self.lock:
+            if region.dropped:
+                raise dropped_error(region.buffer_id)
+            region.uses += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                region.uses -= 1
+                if region.dropped and not region.uses:
+                    self._changed.notify_all()
+
+    def lease(self, region: Region, seconds: float) -> int:
+        """Grant a same-host reader a lease of ``region`` for at most
+        ``seconds`` (and ``LEASE_MAX``): ``drop()`` waits for it until it is
+        released or expires. Returns its id, for :meth:`release`.
+
+        Raises:
+            RDMABufferDropped: ``drop()`` has begun.
+        """
+        with self.lock:
+            if region.dropped:
+                raise dropped_error(region.buffer_id)
+            lease = next(self._lease_ids)
+            region.leases[lease] = time.monotonic() + max(0.0, min(seconds, LEASE_MAX))
+            return lease
+
+    def release(self, region: Region, lease: int) -> None:
+        """End a lease (a second release of it is harmless)."""
+        with self.lock:
+            if region.leases.pop(lease, None) is not None and region.dropped:
+                self._changed.notify_all()
+
     def drop(self, buffer_id: int, token: int) -> bool:
-        """Release a registration; False if it was not registered (dropped twice)."""
+        """Release a registration; False if it was not registered (dropped twice).
+
+        Returns once nothing the owner serves touches the memory any more:
+        the owner's copies in progress have finished their current piece (the
+        rest of them is refused), and every same-host reader's lease is
+        released or expired (a lease past its expiry is logged)."""
         with self.lock:
             region = self.regions.get(buffer_id)
             if region is None or region.token != token:
                 return False
             del self.regions[buffer_id]
+            region.dropped = True
             region.slot.value = 0
+            while region.uses or region.leases:
+                now = time.monotonic()
+                live = [expiry for expiry in region.leases.values() if expiry > now]
+                if not region.uses and not live:
+                    log.warning(
+                        "dropped RDMA buffer %d while %d same-host reader(s) still held a lease "
+                        "past its expiry (stopped or stuck?): they may read memory the owner "
+                        "lets go of",
+                        buffer_id,
+                        len(region.leases),
+                    )
+                    region.leases.clear()
+                    break
+                # a use lasts one piece of a copy; a lease at most until it expires
+                self._changed.wait(None if region.uses or not live else min(live) - now)
             self.free_slots.append(region.slot)
         for cleanup in region.cleanups:
             cleanup()

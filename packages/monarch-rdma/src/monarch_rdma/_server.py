@@ -3,6 +3,15 @@ on the first registration, with a thread per connection. It runs apart from
 the actor runtime: transfers never pass through a mailbox, and the owner's
 actors are never invoked or blocked by them.
 
+It listens twice: on TCP (any host; ``tcp_host``), and on a Unix socket in
+a folder of its own that only this user may enter (mode 0700), for the
+peers of its host. There the kernel names the peer (``SO_PEERCRED``): a
+connection from another uid is closed before its handshake, and what a
+request does to a process (``ALLOW_ATTACH``, a same-host write the owner
+copies in) it does to the process at the other end, whatever the request
+says. Both ways authenticate with the job's secret; whether messages are
+sealed is decided by the listening address (see ``_wire``).
+
 The server itself serves what every owner must, whatever the backends:
 ``PING``, ``DROP`` and the 64-bit atomics. Every other operation belongs to
 a backend and is found in the registry of backends (``_backends``).
@@ -15,12 +24,16 @@ address, and the connection is closed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
 import json
 import logging
+import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from typing import Any, NoReturn
@@ -31,11 +44,13 @@ from monarch_transport import Address, IntegrityError, default_listen_address
 
 from ._backend import ConnectionResources, OwnerRequest
 from ._config import get_config
+from ._errors import RDMABufferDropped
 from ._regions import Region, RegionTable
 from ._wire import (
     DATA,
     MAX_ARGS,
     MAX_DATA,
+    QUIET,
     REQUEST,
     Channel,
     Op,
@@ -44,6 +59,7 @@ from ._wire import (
     Status,
     answer,
     dropped_message,
+    peer_credentials,
     readonly_message,
     server_handshake,
     staged_view,
@@ -85,29 +101,73 @@ def bind_host() -> str:
     return "127.0.0.1"
 
 
+def _private_socket_path() -> str | None:
+    """A path for this process's Unix socket in a new folder only this user
+    may enter (``mkdtemp`` makes it mode 0700), removed at exit; None where
+    Unix sockets cannot be made."""
+    if not hasattr(socket, "AF_UNIX"):
+        return None
+    try:
+        folder = tempfile.mkdtemp(prefix="monarch-rdma-")
+    except OSError:
+        return None
+    creator = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == creator:  # a forked child inherits this hook: not its folder
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
+    return os.path.join(folder, "data")
+
+
 class DataServer:
-    """The listening socket and its threads, serving one table of regions.
+    """The listening sockets and their threads, serving one table of regions.
 
     A thread serves each connection; at most ``MAX_UNAUTHENTICATED`` of them
     may be in their handshake at once (each bounded by ``HANDSHAKE_TIMEOUT``
     in all), so peers without the secret cannot pile up threads. Only
-    authenticated connections, job members, stay longer."""
+    authenticated connections, job members, stay longer.
+
+    Attributes:
+        address: the TCP address (host, port).
+        local: the Unix socket's path ("" when there is none).
+    """
 
     def __init__(self, regions: RegionTable, host: str) -> None:
         self.regions = regions
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.create_server((host, 0), family=family, backlog=256)
         self.address: tuple[str, int] = (host, self.sock.getsockname()[1])
+        self.local = ""
         self._lock = threading.Lock()
         self.unauthenticated = 0
         self._saturated = False  # logged once per episode, not once per refused connection
-        self.thread = threading.Thread(target=self._accept, name="monarch-rdma-server", daemon=True)
+        self.thread = threading.Thread(
+            target=self._accept, args=(self.sock, "tcp", host), name="monarch-rdma-server",
+            daemon=True,
+        )  # fmt: skip
         self.thread.start()
+        path = _private_socket_path()
+        if path is not None:
+            try:
+                self.unix: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.unix.bind(path)
+                self.unix.listen(256)
+            except OSError as error:  # tcp still serves everything but same-host attach
+                log.warning("RDMA data-plane server: no Unix socket (%s)", error)
+                self.unix = None
+            else:
+                self.local = path
+                threading.Thread(
+                    target=self._accept, args=(self.unix, "ipc", path),
+                    name="monarch-rdma-server-local", daemon=True,
+                ).start()  # fmt: skip
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket, scheme: str, where: str) -> None:
         while True:
             try:
-                conn, peer = self.sock.accept()
+                conn, peer = listener.accept()
             except OSError as error:
                 if error.errno not in _TRANSIENT:
                     return  # the listening socket was closed
@@ -133,8 +193,9 @@ class DataServer:
                 continue
             try:
                 threading.Thread(
-                    target=self._serve, args=(conn, peer), name="monarch-rdma-conn", daemon=True
-                ).start()
+                    target=self._serve, args=(conn, peer, scheme, where), name="monarch-rdma-conn",
+                    daemon=True,
+                ).start()  # fmt: skip
             except RuntimeError:  # no thread to be had: refuse this one, keep accepting
                 self._left_handshake()
                 conn.close()
@@ -144,12 +205,19 @@ class DataServer:
         with self._lock:
             self.unauthenticated -= 1
 
-    def _serve(self, conn: socket.socket, peer: Any) -> None:
+    def _serve(self, conn: socket.socket, peer: Any, scheme: str, address: str) -> None:
         where = _peer_name(peer)
         with conn:
             try:
                 tune(conn)
-                chan = server_handshake(conn, time.monotonic() + HANDSHAKE_TIMEOUT, _host(peer))
+                peer_pid = None
+                if scheme == "ipc":
+                    peer_pid, uid, _ = peer_credentials(conn)
+                    where = f"pid {peer_pid} (Unix socket)"
+                    if uid != os.geteuid():  # the folder keeps others out; this, anything else
+                        raise PermissionError(f"the peer runs as uid {uid}, not as this user")
+                deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+                chan = server_handshake(conn, deadline, scheme, address, peer_pid)
             except (OSError, PermissionError) as error:
                 log.warning("refused an RDMA data-plane connection from %s: %s", where, error)
                 return
@@ -210,7 +278,7 @@ class DataServer:
         op, flags, arg_len, buffer_id, token, offset, length = REQUEST.unpack(header)
         if arg_len > MAX_ARGS:
             self._refuse(chan, op, f"{arg_len} bytes of arguments (the most is {MAX_ARGS})")
-        if flags & ~DATA:
+        if flags & ~(DATA | QUIET) or (flags & DATA and flags & QUIET):
             self._refuse(chan, op, f"unknown flags {flags:#x}")
         if flags & DATA and length > MAX_DATA:
             self._refuse(chan, op, f"{length} bytes of data (the most is {MAX_DATA})")
@@ -220,17 +288,24 @@ class DataServer:
         payload = None
         try:
             if flags & DATA:
-                if chan.sealed:  # staged whole: nothing of it is used before its tag checks
-                    buf = staging.take(length)
-                    data = staged_view(buf, length)
-                    chan.receive_into(data)
-                    payload = Payload(chan, length, data)
-                else:  # straight from the socket into place, when the handler stores it
-                    payload = Payload(chan, length)
+                # Staged whole, sealed or not: nothing of it is used before its tag
+                # checks, and the buffer is touched only by a copy (a use ``drop()``
+                # waits for), never by a receive that waits on the peer.
+                buf = staging.take(length)
+                data = staged_view(buf, length)
+                chan.receive_into(data)
+                payload = Payload(chan, length, data)
             chan.verify([header, raw, data])
             args = self._args(chan, op, raw)
-            self._serve_request(chan, resources, op, buffer_id, token, offset, length, args,
-                                payload)  # fmt: skip
+            if flags & QUIET:  # served without an answer: a failure can only close
+                with chan.muted() as failures:
+                    self._serve_request(chan, resources, op, buffer_id, token, offset, length,
+                                        args, payload)  # fmt: skip
+                if failures:
+                    raise _BadRequest(f"a request that expects no answer failed: {failures[0]}")
+            else:
+                self._serve_request(chan, resources, op, buffer_id, token, offset, length, args,
+                                    payload)  # fmt: skip
         finally:
             if buf is not None:
                 staging.give(buf)
@@ -268,12 +343,15 @@ class DataServer:
                         Status.BAD_REQUEST, f"unknown RDMA data-plane operation {op}"
                     )
                 request = OwnerRequest(
-                    op, buffer_id, offset, length, args, region, resources, payload
+                    op, buffer_id, offset, length, args, region, resources, payload, chan.peer_pid
                 )
                 handler(chan, request)
         except RequestError as error:
             _discard(payload)  # the data follows the header regardless: keep in step
             answer(chan, error.status, str(error))
+        except RDMABufferDropped as error:  # drop() began while the request was served
+            _discard(payload)
+            answer(chan, Status.DROPPED, str(error))
         except (OSError, ConnectionError):
             raise
         except Exception as error:  # a backend failed on our side: tell the reader
@@ -293,7 +371,7 @@ class DataServer:
         if (memory.addr + offset) % 8:
             raise RequestError(Status.BAD_REQUEST, "atomics need an 8-byte aligned address")
         cell = ctypes.c_uint64.from_address(memory.addr + offset)
-        with self.regions.atomic_lock:
+        with region.touching(), self.regions.atomic_lock:
             old = int(cell.value)
             if op == Op.FETCH_ADD:
                 cell.value = (old + int(args["add"])) & U64
@@ -320,10 +398,6 @@ def _linger(conn: socket.socket) -> None:
 def _discard(payload: Payload | None) -> None:
     if payload is not None:
         payload.discard()
-
-
-def _host(peer: Any) -> str:
-    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 def _peer_name(peer: Any) -> str:

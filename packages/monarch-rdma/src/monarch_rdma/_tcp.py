@@ -32,7 +32,7 @@ from ._cuda_memory import from_host, staged, to_host
 from ._errors import RDMATcpFallbackWarning
 from ._handle import Handle
 from ._identity import this_host
-from ._memory import LocalMemory, host_view
+from ._memory import LocalMemory
 from ._regions import Region
 from ._server import check_bounds
 from ._wire import (
@@ -138,7 +138,7 @@ class TcpBackend:
         # Sealed, each piece is checked whole at the other end before it is used:
         # smaller pieces let that check (and the owner's copy out of staging)
         # run while the next piece arrives.
-        sealed = tags_required(integrity_mode(), handle.owner.server[0])
+        sealed = tags_required(integrity_mode(), "tcp", handle.owner.server[0])
         chunk = min(config.chunk_bytes, SEALED_PIECE if sealed else MAX_DATA)
         lanes = plan(nbytes, config.tcp_streams, chunk)
         _parallel.run_all(
@@ -159,23 +159,25 @@ def _serve_read(chan: Channel, request: OwnerRequest) -> None:
     memory = region.memory
     header = ANSWER.pack(Status.OK, 0, 0)
     if memory.is_cuda:
-        copy, view = to_host(memory, offset, length)
+        with region.touching():
+            copy, view = to_host(memory, offset, length)
         chan.send([header, view])
         del copy
         return
-    view = host_view(memory.addr + offset, length)
-    if not chan.sealed or length == 0:
-        chan.send([header, view])  # straight from the registered memory
-        return
-    # A snapshot first: the tag and the bytes sent must be the same bytes, and
-    # the memory may change meanwhile (a write racing this read, which may see
-    # either, but must not fail its check for it).
+    # A snapshot first, sealed or not: the memory is touched only while it is
+    # copied (``drop()`` waits for that, never for a slow peer), and the tag
+    # and the bytes sent are the same bytes even while a write races the read
+    # (which may see either, but must not fail its check for it).
     if length < COALESCE:
-        chan.send([header, bytes(view)])
+        small = ctypes.create_string_buffer(length)
+        with region.touching():
+            ctypes.memmove(small, memory.addr + offset, length)
+        chan.send([header, small.raw[:length]])
         return
     buf = staging.take(length)
     try:
-        ctypes.memmove(ctypes.addressof(buf), memory.addr + offset, length)
+        with region.touching():
+            ctypes.memmove(ctypes.addressof(buf), memory.addr + offset, length)
         chan.send([header, staged_view(buf, length)])
     finally:
         staging.give(buf)
@@ -195,10 +197,12 @@ def _serve_write(chan: Channel, request: OwnerRequest) -> None:
         raise RequestError(Status.BAD_REQUEST, "a tcp write request must carry its data")
     region = _writable(request)  # refused: the server discards the data
     memory = region.memory
-    if memory.is_cuda:
-        from_host(memory, request.offset, data.host())
-    else:
-        data.store(memory.addr + request.offset)  # sealed: its tag has checked already
+    # staged by the server (its tag, when sealed, has checked): only the copy touches the buffer
+    with region.touching():
+        if memory.is_cuda:
+            from_host(memory, request.offset, data.host())
+        else:
+            data.store(memory.addr + request.offset)
     answer(chan, Status.OK)
 
 

@@ -29,8 +29,23 @@ direction (``monarch_transport.Sealer``/``Opener``), under keys derived from
 the secret and both sides' handshake messages, one per direction. A request
 whose tag fails is not served: the server answers ``INTEGRITY`` and closes.
 An answer whose tag fails fails the transfer. Whether a side demands tags
-follows the transport's setting, ``$MONARCH_TRANSPORT_INTEGRITY``, with the
-same meaning (``auto``: everywhere but loopback; ``always``; ``off``).
+follows the transport's setting, ``$MONARCH_TRANSPORT_INTEGRITY``, and the
+transport's policy (``monarch_transport.integrity_required``), decided by
+what each side knows of its *own* end: the address the server listens on,
+the address the client dialed, never the peer's source address (any local
+user can connect from 127.0.0.1). With ``auto``, every TCP connection is
+sealed, loopback included; a Unix socket in a folder only this user may
+enter (the owner's, mode 0700) is not, since no other user can connect to
+it or sit between.
+
+An owner also listens on such a Unix socket, for the peers of its own host:
+there the kernel tells it who connected (``SO_PEERCRED``: the peer's pid and
+uid, at ``connect()``), so the requests that act on a process (``ALLOW_ATTACH``,
+a same-host write the owner copies in from the writer) act on the process at
+the other end of the connection, never on one a request names.
+
+A request flagged ``QUIET`` is not answered when it succeeds (a lease's
+release, sent as the transfer ends); one that fails closes the connection.
 
 The operations the server itself serves are in :class:`Op`; each backend
 adds its own (a code of its own, registered with the backend).
@@ -49,7 +64,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -67,6 +82,7 @@ __all__ = [
     "MAX_ANSWER",
     "MAX_ARGS",
     "MAX_DATA",
+    "QUIET",
     "REQUEST",
     "TAG",
     "Channel",
@@ -80,6 +96,7 @@ __all__ = [
     "client_handshake",
     "dropped_message",
     "integrity_mode",
+    "peer_credentials",
     "readonly_message",
     "recv_exact",
     "recv_into_exact",
@@ -98,6 +115,7 @@ SEAL = 0x01  # handshake flag: this side demands sealed messages
 TAG = 16  # bytes of a sealed message's tag
 REQUEST = struct.Struct("<BBxxIQQQQ")  # op, flags, arg_len, buffer_id, token, offset, length
 DATA = 0x01  # request flag: ``length`` bytes of data follow the arguments
+QUIET = 0x02  # request flag: no answer when it succeeds; a failure closes the connection
 ANSWER = struct.Struct("<BxxxIQ")  # status, msg_len, value
 MAX_ARGS = 1 << 20
 MAX_ANSWER = 1 << 20  # longest JSON or error text an answer may carry
@@ -135,6 +153,7 @@ class Status:
     FAILED = 4
     READONLY = 5
     INTEGRITY = 6  # the request failed its integrity check: not served, the server closes
+    DENIED = 7  # the kernel refused the owner access to the peer (cma: EPERM); use another way
 
 
 class RequestError(Exception):
@@ -167,17 +186,20 @@ def request_header(
     length: int = 0,
     arg_len: int = 0,
     data: bool = False,
+    quiet: bool = False,
 ) -> bytes:
-    """A request's fixed header; ``data``: ``length`` bytes of data follow."""
-    flags = DATA if data else 0
+    """A request's fixed header; ``data``: ``length`` bytes of data follow;
+    ``quiet``: no answer is sent if it succeeds."""
+    flags = (DATA if data else 0) | (QUIET if quiet else 0)
     return REQUEST.pack(op, flags, arg_len, buffer_id, token, offset, length)
 
 
 def tune(sock: socket.socket) -> None:
     """Socket options of every data-plane connection, both sides."""
     with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
 
@@ -191,12 +213,27 @@ def integrity_mode() -> str:
     return transport_integrity_mode()
 
 
-def tags_required(mode: str, host: str) -> bool:
-    """Whether ``mode`` demands sealed messages on a connection with ``host``
-    (the peer's address on the server, the server's on the client): the
-    transport's own policy for TCP (``auto`` spares loopback only: there, only
-    processes of this host are on the path; docs/concepts/security.md)."""
-    return integrity_required(mode, "tcp", host)
+def tags_required(mode: str, scheme: str, where: str) -> bool:
+    """Whether ``mode`` demands sealed messages on this side's end of a
+    connection: the transport's own policy, by what this side knows of it.
+
+    Args:
+        mode: ``always``, ``auto`` or ``off`` (:func:`integrity_mode`).
+        scheme: ``"tcp"``, or ``"ipc"`` for the owner's Unix socket.
+        where: the address this side listens on (the server) or dialed
+            (the client): a host, or the Unix socket's path. Never the
+            peer's source address.
+    """
+    return integrity_required(mode, scheme, where)
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process that connected to Unix socket ``sock``,
+    as the kernel recorded them at ``connect()`` (``SO_PEERCRED``): what the
+    peer is, not what it says."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
 
 
 # -- one connection -------------------------------------------------------------------------
@@ -253,14 +290,30 @@ class Channel:
         opener: Opener | None = None,
         *,
         server: bool = False,
+        peer_pid: int | None = None,
     ) -> None:
         self.sock = sock
         self.peer = peer  # host:port, for messages
+        # the peer's pid, from the kernel (SO_PEERCRED) on the owner's Unix socket; None on TCP
+        self.peer_pid = peer_pid
         self._sealer = sealer
         self._opener = opener
         self._send_kind, self._receive_kind = (
             (_Kind.ANSWER, _Kind.REQUEST) if server else (_Kind.REQUEST, _Kind.ANSWER)
         )
+        self._muted: list[str] | None = None
+
+    @contextlib.contextmanager
+    def muted(self) -> Iterator[list[str]]:
+        """Within the block, answers are not sent: a ``QUIET`` request's
+        success goes unanswered, and its failures are collected in the list
+        yielded (the server then closes the connection)."""
+        failures: list[str] = []
+        self._muted = failures
+        try:
+            yield failures
+        finally:
+            self._muted = None
 
     @property
     def sealed(self) -> bool:
@@ -288,6 +341,13 @@ class Channel:
         its tag when sealed. Small frames go out together; a large frame is
         sent from where it lies, its message's tag computed meanwhile in
         another thread. The frames must not change until this returns."""
+        if self._muted is not None:  # the answers of a QUIET request
+            for frames in messages:
+                status = ANSWER.unpack(bytes(memoryview(frames[0])[: ANSWER.size]))[0]
+                if status != Status.OK:
+                    text = bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else ""
+                    self._muted.append(text or f"status {status}")
+            return
         pending: list[Buffer] = []
         for frames in messages:
             sealer = self._sealer
@@ -454,14 +514,15 @@ def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
 
 def _channel(
     sock: socket.socket, peer: str, secret: bytes, hello: bytes, server_nonce: bytes,
-    sealed: bool, server: bool,
+    sealed: bool, server: bool, peer_pid: int | None = None,
 ) -> Channel:  # fmt: skip
     if not sealed:
-        return Channel(sock, peer, server=server)
+        return Channel(sock, peer, server=server, peer_pid=peer_pid)
     requests = derive_key(secret, hello, server_nonce, label=b"rdma requests")
     answers = derive_key(secret, hello, server_nonce, label=b"rdma answers")
     if server:
-        return Channel(sock, peer, Sealer(answers), Opener(requests), server=True)
+        return Channel(sock, peer, Sealer(answers), Opener(requests), server=True,
+                       peer_pid=peer_pid)  # fmt: skip
     return Channel(sock, peer, Sealer(requests), Opener(answers))
 
 
@@ -473,14 +534,15 @@ def _peer_name(sock: socket.socket) -> str:
     if isinstance(address, tuple):
         host = str(address[0])
         return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
-    return str(address)
+    return str(address) or "a local peer"
 
 
-def client_handshake(sock: socket.socket, host: str) -> Channel:
+def client_handshake(sock: socket.socket, scheme: str, where: str) -> Channel:
     """Prove we know the job's secret, check that the server does too, and
-    agree on sealing (``host``: the server's address, for the policy)."""
+    agree on sealing (``scheme``, ``where``: the address we dialed, for the
+    policy: ``"tcp"`` and the server's host, or ``"ipc"`` and its path)."""
     secret = job_secret()
-    demand = SEAL if tags_required(integrity_mode(), host) else 0
+    demand = SEAL if tags_required(integrity_mode(), scheme, where) else 0
     nonce = os.urandom(NONCE)
     hello = MAGIC + nonce
     sock.sendall(hello)
@@ -519,13 +581,17 @@ def _recv_by(sock: socket.socket, size: int, deadline: float) -> bytes:
     return bytes(data)
 
 
-def server_handshake(sock: socket.socket, deadline: float, peer_host: str) -> Channel:
+def server_handshake(
+    sock: socket.socket, deadline: float, scheme: str, where: str, peer_pid: int | None = None
+) -> Channel:
     """The server's side, complete by ``deadline`` (``time.monotonic()``)
     whatever the peer's pace; ``PermissionError`` for a peer without the
-    secret, ``TimeoutError`` for one too slow. ``peer_host``: the peer's
-    address, for the policy."""
+    secret, ``TimeoutError`` for one too slow. ``scheme``, ``where``: the
+    address this server listens on (``"tcp"`` and its host, ``"ipc"`` and
+    its path), for the policy: never the peer's source address.
+    ``peer_pid``: the peer's pid as the kernel says (Unix socket only)."""
     secret = job_secret()
-    demand = SEAL if tags_required(integrity_mode(), peer_host) else 0
+    demand = SEAL if tags_required(integrity_mode(), scheme, where) else 0
     hello = _recv_by(sock, len(MAGIC) + NONCE, deadline)
     if hello[: len(MAGIC)] != MAGIC:
         raise PermissionError("not an RDMA data-plane client (or one of another version)")
@@ -539,7 +605,8 @@ def server_handshake(sock: socket.socket, deadline: float, peer_host: str) -> Ch
         raise PermissionError("peer does not know this job's secret")
     sock.sendall(b"\x01")
     sealed = bool((client_flags[0] | demand) & SEAL)
-    return _channel(sock, _peer_name(sock), secret, hello, nonce, sealed, server=True)
+    return _channel(sock, _peer_name(sock), secret, hello, nonce, sealed, server=True,
+                    peer_pid=peer_pid)  # fmt: skip
 
 
 def _after_fork() -> None:

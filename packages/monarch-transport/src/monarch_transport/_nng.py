@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import socket
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import anyio
 import pynng
+from pynng._nng import lib as pynng_lib
 
 from ._address import Address
 from ._auth import ClientHandshake, ServerHandshake
@@ -37,6 +39,7 @@ from ._errors import (
 from ._event_queue import EventQueue, QueuedListener
 from ._integrity import Opener, Sealer, required
 from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
+from ._nng_gate import GreetingGate
 from ._registry import register_backend
 from ._settings import Settings
 from ._wire import HANDSHAKE_MAX, Kind, join, prefix, split
@@ -118,17 +121,53 @@ class NngListener(QueuedListener):
         self._sock.send_timeout = int(settings.handshake_timeout * 1000)  # handshake replies only
         self._sock.add_post_pipe_connect_cb(self._on_connect)
         self._sock.add_post_pipe_remove_cb(self._on_remove)
+        self._gate: GreetingGate | None = None
         try:
-            bound = self._sock.listen(_url(address))
-            if address.family == "tcp":  # pynng's own port getter is wrong for IPv6
-                address = address.with_port(int(str(bound.local_address).rpartition(":")[2]))
-        except pynng.NNGException as error:
+            if address.scheme == "tcp":
+                address = self._listen_gated(address)
+            else:
+                bound = self._sock.listen(_url(address))
+                if address.family == "tcp":  # pynng's own port getter is wrong for IPv6
+                    address = address.with_port(int(str(bound.local_address).rpartition(":")[2]))
+        except (pynng.NNGException, OSError) as error:
             self._sock.close()
             raise ConnectError(f"cannot listen on {address}: {error}") from error
         self.address = address
         self._fd = self._sock.recv_fd
         self._loop.add_reader(self._fd, self._readable)
         self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
+
+    def _listen_gated(self, address: Address) -> Address:
+        """Listen on plain TCP through a ``GreetingGate``: connections are
+        counted from ``accept``, and nng gets them (over its ``socket://``
+        transport) once they have greeted; the address with its bound port."""
+        family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+        listening = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listening.bind((address.host.strip("[]"), address.port))
+            listening.listen(1024)
+            listening.setblocking(False)
+            nng_side = self._sock.listen("socket://")
+        except BaseException:
+            listening.close()
+            raise
+
+        def admit(fd: int) -> None:
+            code = pynng_lib.nng_listener_set_int(nng_side.listener, b"socket:fd", fd)
+            if code != 0:
+                raise ConnectError(f"nng error {code}")
+
+        address = address.with_port(listening.getsockname()[1])
+        self._gate = GreetingGate(
+            listening,
+            admit,
+            self._authenticating,
+            limit=self._settings.max_unauthenticated,
+            timeout=self._settings.handshake_timeout,
+            where=str(address),
+        )
+        return address
 
     def _authenticating(self) -> int:
         """Pipes still in their handshake (those closed already do not count)."""
@@ -153,6 +192,9 @@ class NngListener(QueuedListener):
 
     def _connected(self, pipe: pynng.Pipe) -> None:
         waiting = self._authenticating()
+        if self._gate is not None:
+            waiting += self._gate.greeting
+            self._gate.handed()
         state = self._state(pipe)
         crowded = waiting >= self._settings.max_unauthenticated
         if state is not None and state.peer is None and crowded:
@@ -317,6 +359,8 @@ class NngListener(QueuedListener):
         if not self._closed:
             self._closed = True
             self._sweeper.cancel()
+            if self._gate is not None:
+                self._gate.close()
             self._loop.remove_reader(self._fd)
             await anyio.to_thread.run_sync(self._sock.close)
             self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))

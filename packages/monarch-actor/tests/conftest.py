@@ -20,6 +20,17 @@ def procs():
     mesh.stop().get(timeout=30)
 
 
+@pytest.fixture(scope="module")
+def server():
+    """The job's debug server, on a port the system picks: its port."""
+    from monarch_actor import debug_controller
+
+    os.environ["MONARCH_DEBUG_SERVER_PORT"] = "0"
+    host, port = debug_controller().server_address.call_one().get(timeout=60)
+    assert host == "localhost"
+    return port
+
+
 @pytest.fixture(autouse=True)
 def no_unexpected_faults():
     """A failure nobody handled fails the test that caused it, with its report,

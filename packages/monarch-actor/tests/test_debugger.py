@@ -30,15 +30,6 @@ from monarch_transport import job_secret
 WAIT = 60  # seconds: the most any step here may take
 
 
-@pytest.fixture(scope="module")
-def server():
-    """The job's debug server, on a port the system picks."""
-    os.environ["MONARCH_DEBUG_SERVER_PORT"] = "0"
-    host, port = debug_controller().server_address.call_one().get(timeout=WAIT)
-    assert host == "localhost"
-    return port
-
-
 @pytest.fixture
 def client(server):
     with DebugClient("127.0.0.1", server, timeout=WAIT) as c:

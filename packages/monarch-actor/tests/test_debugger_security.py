@@ -33,15 +33,6 @@ from monarch_transport.testing import other_user_unavailable, run_as_other_user
 WAIT = 60  # seconds: the most any step here may take
 
 
-@pytest.fixture(scope="module")
-def server():
-    """The job's debug server, on a port the system picks."""
-    os.environ["MONARCH_DEBUG_SERVER_PORT"] = "0"
-    host, port = debug_controller().server_address.call_one().get(timeout=WAIT)
-    assert host == "localhost"
-    return port
-
-
 @pytest.fixture
 def paused(procs, server):
     """An actor stopped at breakpoint(), continued (by a real client) at the end."""

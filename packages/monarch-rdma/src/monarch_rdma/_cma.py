@@ -77,6 +77,7 @@ from ._identity import this_host
 from ._memory import LocalMemory
 from ._ptrace import ptrace_scope
 from ._regions import LEASE_MAX, Region, writable_token
+from ._server import check_bounds
 from ._wire import Channel, RequestError, Status, answer, answer_json, readonly_message
 
 __all__ = [
@@ -484,7 +485,7 @@ def _serve_allow(chan: Channel, request: OwnerRequest) -> None:
 def _serve_lease(chan: Channel, request: OwnerRequest) -> None:
     """Owner side of ``CMA_LEASE``: ``drop()`` waits for this reader's copy."""
     region = request.registered()
-    _check_range(region, request.offset, request.length)
+    check_bounds(region, request.offset, request.length)
     seconds = request.args.get("seconds", LEASE_MAX)
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         raise RequestError(Status.BAD_REQUEST, f"a lease lasts some seconds, not {seconds!r}")
@@ -513,7 +514,7 @@ def _serve_write(chan: Channel, request: OwnerRequest) -> None:
     region = request.registered()
     if region.memory.readonly:
         raise RequestError(Status.READONLY, readonly_message(request.buffer_id))
-    _check_range(region, request.offset, request.length)
+    check_bounds(region, request.offset, request.length)
     pid = _peer(request, "a cma write")
     source = request.args.get("addr")
     if not isinstance(source, int) or isinstance(source, bool) or source <= 0:
@@ -560,15 +561,6 @@ def _pull(pid: int, local: int, remote: int, nbytes: int) -> None:
         if done == 0:
             raise RequestError(Status.FAILED, "the write's source is not mapped in the writer")
         moved += done
-
-
-def _check_range(region: Region, offset: int, length: int) -> None:
-    if offset + length > region.memory.nbytes:
-        raise RequestError(
-            Status.BOUNDS,
-            f"{length} bytes at offset {offset} are out of bounds of buffer "
-            f"{region.buffer_id} ({region.memory.nbytes} bytes)",
-        )
 
 
 LEASES = "cma leases"

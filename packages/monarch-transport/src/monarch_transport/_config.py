@@ -34,8 +34,10 @@ INTEGRITY = declare(
     Choice(choices=("auto", "always", "off")),
     "auto",
     env="MONARCH_TRANSPORT_INTEGRITY",
-    doc="When messages after the handshake carry an integrity tag: `auto` tags TCP "
-    "between hosts and spares TLS, Unix sockets and loopback; `always` tags everything.",
+    doc="When messages after the handshake carry an integrity tag: `auto` tags every TCP "
+    "connection, loopback included, and spares TLS and Unix sockets in a folder only the "
+    "job's user may enter (each end judges by its own address, never the peer's); "
+    "`always` tags everything.",
     owner=_OWNER,
 )
 TLS_CA = declare(

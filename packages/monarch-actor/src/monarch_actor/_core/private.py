@@ -22,6 +22,7 @@ from .errors import MonarchError
 
 __all__ = [
     "PrivateFileError",
+    "alive",
     "check_private",
     "private_dir",
     "publish_record",
@@ -181,7 +182,7 @@ def read_records(kind: str) -> list[dict[str, Any]]:
             pid = int(record["pid"])
         except (OSError, ValueError, KeyError, TypeError, PrivateFileError):
             continue
-        if not _alive(pid):
+        if not alive(pid):
             with contextlib.suppress(OSError):
                 path.unlink()
             continue
@@ -189,7 +190,12 @@ def read_records(kind: str) -> list[dict[str, Any]]:
     return [record for _, record in sorted(found, key=lambda item: -item[0])]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user).
+
+    Args:
+        pid: the process id.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

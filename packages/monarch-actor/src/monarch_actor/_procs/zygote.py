@@ -27,6 +27,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
+from .._core.private import alive
 from .logs import release_output
 
 PR_SET_PDEATHSIG = 1
@@ -152,7 +153,7 @@ class Zygote:
         self.reap()
         folder = os.environ.get("MONARCH_JOB_DIR")
         owns_folder = os.environ.get("MONARCH_AGENT_OWNS_JOB_DIR") == "1"
-        if folder and owns_folder and not _alive(self.controller):  # died without cleaning up
+        if folder and owns_folder and not alive(self.controller):  # died without cleaning up
             shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)
 
@@ -186,16 +187,6 @@ def last_words(pid: int) -> str:
     with contextlib.suppress(OSError):
         os.remove(path)
     return text
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def main() -> None:

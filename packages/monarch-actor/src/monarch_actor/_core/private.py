@@ -112,7 +112,12 @@ def _owned(path: str | Path) -> bool:
 
 def write_private(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` readable by this user only (mode 0600),
-    replacing it whole: a reader sees the old file or the new one."""
+    replacing it whole: a reader sees the old file or the new one.
+
+    Args:
+        path: the file to write; its folder must exist.
+        data: what it holds.
+    """
     folder = os.path.dirname(os.fspath(path)) or "."
     fd, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")  # mkstemp makes it 0600
     try:
@@ -127,6 +132,10 @@ def write_private(path: str | os.PathLike[str], data: bytes) -> None:
 
 def read_private(path: str | os.PathLike[str], what: str) -> bytes:
     """The bytes of ``path`` once it passes ``check_private``.
+
+    Args:
+        path: the file to read.
+        what: what it is, for the error.
 
     Raises:
         PrivateFileError: it is another user's, or open to others.
@@ -162,7 +171,11 @@ def publish_record(kind: str, record: dict[str, Any]) -> Path:
 
 
 def remove_record(kind: str) -> None:
-    """Take back this process's record of ``kind``, if there is one."""
+    """Take back this process's record of ``kind``, if there is one.
+
+    Args:
+        kind: what it described (``"debug"``, ``"admin"``).
+    """
     with contextlib.suppress(OSError, PrivateFileError):
         _record_path(kind, os.getpid()).unlink()
 
@@ -170,6 +183,9 @@ def remove_record(kind: str) -> None:
 def read_records(kind: str) -> list[dict[str, Any]]:
     """The records of ``kind`` that live processes of this user published,
     newest first. Files that fail ``check_private`` or do not parse are skipped.
+
+    Args:
+        kind: what they describe (``"debug"``, ``"admin"``).
     """
     try:
         folder = private_dir("jobs")

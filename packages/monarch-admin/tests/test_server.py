@@ -196,7 +196,6 @@ def test_an_endpoint_that_raises_is_listed_with_its_exception(job, server) -> No
 
 
 def test_a_dead_process_keeps_its_name_pid_and_actors(job, server, failures) -> None:
-    procs, _ = job
     victim = mine(topology())[1]
     os.kill(victim["pid"], signal.SIGKILL)
     for _ in range(600):  # bounded: until the runtime has heard of the death

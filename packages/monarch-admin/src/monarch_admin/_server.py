@@ -210,7 +210,7 @@ class _Activity:
                         )
                     for actor in proc.get("actors", []):
                         error = actor.get("last_error")
-                        if error:
+                        if error and not _failed_of(actor, error):
                             self._handler_error(host["host"], where, proc, actor, error)
                         if actor["status"] == "failed":
                             self.failures.setdefault(
@@ -265,6 +265,13 @@ class _Activity:
     def failure_list(self) -> list[dict[str, Any]]:
         with self.lock:
             return sorted(self.failures.values(), key=lambda f: f["at"])
+
+
+def _failed_of(actor: dict[str, Any], error: dict[str, Any]) -> bool:
+    """Whether the actor failed of this very error (a broadcast that raised):
+    then its failure says it, once."""
+    lines = str(error.get("error") or "").strip().splitlines()
+    return actor.get("status") == "failed" and bool(lines) and lines[-1] in str(actor["reason"])
 
 
 class AdminServer:

@@ -279,8 +279,9 @@ def test_the_page_shows_the_job_and_an_actor_failing_with_its_reason(
     assert f"{TRAINERS}[1]" in detail and "Trainer" in detail
     assert "trainer exploded on purpose" in detail
     events = [row[1:3] for row in rows(browser, "detail .events")]
-    assert ["failed", "explode"] in events and ["handled", "step"] in events, events
-    assert events.index(["failed", "explode"]) < events.index(["handled", "step"])  # newest first
+    raised = ["failed", "explode: RuntimeError: trainer exploded on purpose"]
+    assert raised in events and ["handled", "step"] in events, events
+    assert events.index(raised) < events.index(["handled", "step"])  # newest first
     assert f"{MESH}[1]" in detail
     click(browser, "#detail a.go[data-go^='proc:']")
     until(
@@ -298,6 +299,34 @@ def test_the_page_shows_the_job_and_an_actor_failing_with_its_reason(
     # the failure really went up the supervision tree, to the controller's hook
     until(browser, lambda _: failures, "(in Python) the failure at the controller")
     assert "trainer exploded on purpose" in failures[0].report()
+
+
+def test_a_handler_that_raised_is_listed_with_its_exception(
+    job: Job, dashboard: AdminServer, browser: WebDriver
+) -> None:
+    browser.get(dashboard.dashboard_url)
+    until(browser, lambda d: len(rows_of(d, TRAINERS)) == 2, "the two trainers")
+    assert "No failures" in text_of(browser, "#failures")
+    with pytest.raises(Exception, match="trainer exploded on purpose"):
+        job.trainers.slice(gpus=1).explode.call_one().get(timeout=30)  # the actor lives on
+    listed = until(
+        browser,
+        lambda d: "trainer exploded on purpose" in (t := text_of(d, "#failures")) and t,
+        "the handler's exception among the failures",
+    )
+    assert f"{TRAINERS}[1] (Trainer)" in listed and "explode raised" in listed, listed
+    assert "RuntimeError: trainer exploded on purpose" in listed, listed
+    assert "No failures" not in listed
+    assert text_of(browser, "#card-errors .value") == "1"
+    assert rows_of(browser, TRAINERS)[f"{TRAINERS}[1]"][2] == "idle"
+    # the actor's own page shows it too
+    click(browser, f"#actors tr[data-id^='actor:{TRAINERS}-'][data-id$='/1']")
+    detail = until(
+        browser,
+        lambda d: "Last handler error" in (t := text_of(d, "#detail")) and t,
+        "the trainer's last handler error",
+    )
+    assert "trainer exploded on purpose" in detail
 
 
 def test_the_page_says_when_the_server_cannot_be_reached(job: Job, browser: WebDriver) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import urllib.error
 import urllib.request
@@ -173,6 +174,58 @@ def test_stacks_of_a_proc(job, server) -> None:
     request.add_header("Authorization", f"Bearer {server.token}")
     with urllib.request.urlopen(request, timeout=60) as answer:
         assert json.loads(answer.read())["source"] in ("py-spy", "python")
+
+
+def test_an_endpoint_that_raises_is_listed_with_its_exception(job, server) -> None:
+    _, workers = job
+    with pytest.raises(Exception, match="worker exploded on purpose"):
+        workers.explode.call().get(timeout=30)  # the caller hears of it; the actors live on
+    listed = [
+        f for f in get(f"{server.url}/v1/failures")["failures"] if MESH in str(f.get("proc"))
+    ]
+    assert {f["kind"] for f in listed} == {"error"} and len(listed) == 2, listed
+    for failure in listed:
+        assert failure["handler"] == "explode" and failure["handler_errors"] == 1
+        assert "RuntimeError: worker exploded on purpose" in failure["reason"], failure
+        assert "Traceback" in failure["reason"], failure  # where it raised, too
+    found = get(f"{server.url}/v1/topology?events=1")
+    for actor in actors_of(found, "workers"):
+        assert actor["status"] == "idle" and actor["failures"] == 1
+        assert "worker exploded on purpose" in actor["last_error"]["error"]
+        assert actor["events"][-1]["detail"] == "explode: RuntimeError: worker exploded on purpose"
+
+
+def test_a_dead_process_keeps_its_name_pid_and_actors(job, server, failures) -> None:
+    victim = mine(topology())[1]
+    os.kill(victim["pid"], signal.SIGKILL)
+    for _ in range(600):  # bounded: until the runtime has heard of the death
+        dead = [p for p in mine(topology()) if p["address"] == victim["address"]]
+        if dead and dead[0]["status"] != "running":
+            break
+    else:
+        pytest.fail("the killed process never showed as dead")
+    shown = dead[0]
+    assert shown["status"] == "exited", shown
+    assert shown["name"] == victim["name"] and shown["pid"] == victim["pid"], shown
+    assert [a["name"] for a in shown["actors"]] == ["workers"], shown
+    assert shown["actors"][0]["status"] == "failed"
+    assert "exited without being asked to stop" in shown["actors"][0]["reason"]
+    reasons = {f["kind"]: f for f in get(f"{server.url}/v1/failures")["failures"]
+               if f.get("address") == victim["address"]}
+    assert set(reasons) == {"proc", "actor"} and reasons["proc"]["what"] == victim["name"]
+    # its stacks: refused at once, not a 30 s wait for a 200 with an error in it
+    quoted = urllib.request.quote(victim["address"])
+    status, error = refused(f"{server.url}/v1/stacks?address={quoted}", method="POST")
+    assert status == 409 and "exited" in error and victim["name"] in error, (status, error)
+
+
+def test_a_client_that_went_away_leaves_no_traceback_on_the_terminal(server, capsys) -> None:
+    for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+        try:
+            raise gone
+        except ConnectionError:
+            server._httpd.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""
 
 
 class Listener:

@@ -297,6 +297,8 @@ def test_tree_shows_hosts_procs_actors_and_the_selected_actor(job: Job) -> None:
                 lambda: label_of(app, "fragile[0]") and "FAILED" in label_of(app, "fragile[0]"),
                 "the failed actor in the tree",
             )
+            assert "1 host · 2 procs · 4 actors · " in header(app), header(app)
+            assert " messages" in header(app) and "0 messages" not in header(app)
             found = labels(app)
             hosts = [label for key, label in found.items() if key.startswith("host:")]
             assert len(hosts) == 1 and "3 procs" in hosts[0], hosts  # the controller too
@@ -391,8 +393,22 @@ def test_d_shows_every_process_probe_and_the_failures(job: Job) -> None:
             )
             shown = overlay(app)
             assert "3/3 processes answered" in shown, shown
-            for expected in ("controller", "workers-0", "workers-1", " ms", "ok"):
+            # every node: the admin server, the processes and their actors, in two phases
+            for expected in (
+                "Admin infrastructure",
+                "Mesh ",
+                "admin server",
+                "controller",
+                "workers-0",
+                "workers-1",
+                "counter[0] on workers-0",
+                "fragile[1] on workers-1",
+                " ms",
+                "PASS",
+                "failed: ValueError: exploded on purpose",
+            ):
                 assert expected in shown, (expected, shown)
+            assert "FAIL " not in shown, shown  # a failed actor answers: its check passes
             assert "fragile[0] (Fragile) on workers-0" in shown, shown
             assert "ValueError: exploded on purpose" in shown, shown
             screenshot(app, "tui-diagnostics.svg")
@@ -513,6 +529,18 @@ def test_diagnose_prints_json_and_succeeds(job: Job) -> None:
     assert report["ok"] and report["summary"]["healthy"], report
     assert {node["name"] for node in report["nodes"]} >= {"controller", "workers-0", "workers-1"}
     assert all(node["latency_ms"] is not None for node in report["nodes"]), report
+    # Monarch's report: every node probed, admin infrastructure apart from the mesh
+    checks = {(c["phase"], c["node"], c["label"]): c for c in report["checks"]}
+    assert ("admin_infra", "admin_server", "admin server") in checks, sorted(checks)
+    assert ("admin_infra", "controller", "controller") in checks, sorted(checks)
+    for label in ("counter[0]", "counter[1]", "fragile[0]", "fragile[1]"):
+        assert ("mesh", "actor", label) in checks, (label, sorted(checks))
+    assert checks[("mesh", "actor", "fragile[0]")]["status"] == "failed"
+    assert {c["outcome"] for c in report["checks"]} <= {"pass", "slow"}
+    summary = report["summary"]
+    assert summary["total"] == len(report["checks"]) == summary["passed"] == 8, summary
+    assert (summary["admin_infra_total"], summary["mesh_total"]) == (2, 6), summary
+    assert summary["failed_actors"] == 1 and summary["failed"] == 0, summary
 
 
 def test_diagnose_fails_on_a_dead_process(own_job: Job) -> None:
@@ -520,8 +548,11 @@ def test_diagnose_fails_on_a_dead_process(own_job: Job) -> None:
     done = run_tui("--addr", own_job.addr, "--diagnose")
     assert done.returncode == 1, (done.stdout, done.stderr)
     report = json.loads(done.stdout)
-    assert not report["summary"]["healthy"] and report["summary"]["failed"] == 1, report
-    assert "failed its probe" in done.stderr and "workers" in done.stderr, done.stderr
+    # the process and its two actors
+    assert not report["summary"]["healthy"] and report["summary"]["failed"] == 3, report
+    failed = {c["label"] for c in report["checks"] if c["outcome"] == "fail"}
+    assert failed == {"workers-1", "counter[1]", "fragile[1]"}, failed
+    assert "failed its probe" in done.stderr and "workers-1" in done.stderr, done.stderr
 
     async def drive() -> None:
         app = tui_app(AdminClient(own_job.addr), refresh_ms=500)
@@ -529,7 +560,8 @@ def test_diagnose_fails_on_a_dead_process(own_job: Job) -> None:
             await until_tree(
                 pilot,
                 app,
-                lambda: "exited" in (label_of(app, "workers[1]") or ""),
+                # named, with its pid and actors, as it was last seen
+                lambda: "exited" in (label_of(app, "workers-1") or ""),
                 "the dead process in the tree",
             )
             await pilot.press("d")
@@ -543,10 +575,13 @@ def test_diagnose_fails_on_a_dead_process(own_job: Job) -> None:
             assert "2/3 processes answered" in shown, shown
             assert "FAIL" in shown and "process exited" in shown, shown
             body = app.screen.query_one("#overlay-body").content
-            table = next(part for part in body.renderables if isinstance(part, Table))
-            assert [row.style for row in table.rows].count("red") == 1  # the failed probe
+            tables = [part for part in body.renderables if isinstance(part, Table)]
+            styles = [row.style for table in tables for row in table.rows]
+            assert styles.count("red") == 3  # the failed probes: the process, its actors
             await pilot.press("escape")
-            await select(pilot, app, "workers[1]")
+            assert "pid " in (label_of(app, "workers-1") or "")
+            assert "FAILED" in (label_of(app, "counter[1]") or ""), labels(app)
+            await select(pilot, app, "workers-1")
             await pilot.press("p")
             shown = overlay(app)
             assert "unavailable: the process is exited" in shown, shown
@@ -578,6 +613,49 @@ def test_bad_arguments_say_what_is_wrong() -> None:
     assert done.returncode == 0
     for expected in ("--addr", "--diagnose", "--token", "--refresh-ms", "examples:", "q quit"):
         assert expected in done.stdout, (expected, done.stdout)
+    # Monarch's options, and its refresh default
+    for expected in ("--theme", "doom-nord-light", "--lang", "zh", "--tls-ca", "--tls-cert",
+                     "--tls-key", "default 2000"):
+        assert expected in done.stdout, (expected, done.stdout)
+    done = run_tui("--addr", "127.0.0.1:1", "--theme", "solarized")
+    assert done.returncode == 2 and "--theme" in done.stderr, done.stderr
+    done = run_tui("--addr", "127.0.0.1:1", "--tls-ca", "/nonexistent.pem")
+    assert done.returncode == 2 and "https://" in done.stderr, done.stderr
+
+
+def test_theme_and_lang(job: Job) -> None:
+    async def drive() -> None:
+        app = tui_app(AdminClient(job.addr), refresh_ms=500, theme="doom-nord-light", lang="zh")
+        async with app.run_test(size=(150, 42)) as pilot:
+            from textual.widgets import Tree
+
+            await until_tree(pilot, app, lambda: label_of(app, "counter[0]"), "the tree")
+            assert app.theme == "doom-nord-light" and not app.current_theme.dark
+            assert app.screen_stack[1].query_one("#tree", Tree).border_title == "拓扑"
+            assert "更新于" in header(app), header(app)
+            await pilot.press("d")
+            await until(pilot, lambda: "项检查通过" in overlay(app), "the diagnostics",
+                        lambda: overlay(app))
+            assert "管理" in overlay(app) and "网格" in overlay(app), overlay(app)
+            await pilot.press("q")
+        assert app.return_value == 0
+
+    asyncio.run(drive())
+    with pytest.raises(ValueError, match="theme"):
+        tui_app(AdminClient(job.addr), theme="solarized")
+
+
+def test_tls_options_for_an_https_address(tmp_path: Path) -> None:
+    ssl = pytest.importorskip("ssl")
+    client = AdminClient("https://127.0.0.1:8443")
+    assert isinstance(client.ssl_context, ssl.SSLContext)
+    assert AdminClient("127.0.0.1:1729").ssl_context is None
+    with pytest.raises(ValueError, match="https://"):
+        AdminClient("127.0.0.1:1729", tls_ca=str(tmp_path / "ca.pem"))
+    with pytest.raises(ValueError, match="--tls-cert"):
+        AdminClient("https://127.0.0.1:8443", tls_key=str(tmp_path / "key.pem"))
+    with pytest.raises(ValueError, match="cannot load"):
+        AdminClient("https://127.0.0.1:8443", tls_ca=str(tmp_path / "missing.pem"))
 
 
 NO_CREDENTIALS = {"MONARCH_JOB_SECRET": "", "MONARCH_ADMIN_TOKEN": ""}

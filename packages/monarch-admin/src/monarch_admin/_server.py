@@ -31,6 +31,7 @@ import contextlib
 import hmac
 import ipaddress
 import json
+import logging
 import socket
 import sys
 import threading
@@ -55,6 +56,8 @@ __all__ = [
     "enable_dashboard",
     "parse_addr",
 ]
+
+log = logging.getLogger("monarch.admin")
 
 HISTORY = 1800  # activity samples kept (an hour at the default interval)
 RECORD = "admin"  # the kind of record this user's tools look for (read_records)
@@ -154,17 +157,16 @@ class _Activity:
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self.samples: deque[dict[str, Any]] = deque(maxlen=HISTORY)
-        self.failures: dict[tuple[str, str], dict[str, Any]] = {}
+        self.failures: dict[tuple[str, ...], dict[str, Any]] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="monarch-admin-sampler", daemon=True)
 
     def _run(self) -> None:
-        while not self.stopped.is_set():
+        while not self.stopped.wait(self.interval):
             # an error means the runtime is shutting down: nothing left to sample
             with contextlib.suppress(Exception):
                 self.record(topology())
-            self.stopped.wait(self.interval)
 
     def record(self, found: dict[str, Any]) -> None:
         """Add one sample from a topology, and any failure it shows."""
@@ -179,6 +181,13 @@ class _Activity:
                     "failed": summary["failed_actors"] + summary["failed_procs"],
                 }
             )
+        self.note(found)
+
+    def note(self, found: dict[str, Any]) -> None:
+        """Remember the failures a topology shows: failed processes and actors,
+        and the last exception each actor's handlers raised (the actor lives
+        on: the caller got the exception)."""
+        with self.lock:
             for host in found["hosts"]:
                 for proc in host["procs"]:
                     where = proc.get("name") or proc.get("address")
@@ -200,6 +209,9 @@ class _Activity:
                             },
                         )
                     for actor in proc.get("actors", []):
+                        error = actor.get("last_error")
+                        if error and not _failed_of(actor, error):
+                            self._handler_error(host["host"], where, proc, actor, error)
                         if actor["status"] == "failed":
                             self.failures.setdefault(
                                 ("actor", f"{actor['key']}/{actor['rank']}"),
@@ -215,6 +227,37 @@ class _Activity:
                                 },
                             )
 
+    def _handler_error(
+        self,
+        host: str,
+        where: str,
+        proc: dict[str, Any],
+        actor: dict[str, Any],
+        error: dict[str, Any],
+    ) -> None:
+        text = str(error.get("error") or "").rstrip()
+        last = text.splitlines()[-1] if text else ""
+        actor_id = f"{actor['key']}/{actor['rank']}"
+        # one entry per actor, handler and exception: a handler raising again updates it
+        entry = self.failures.setdefault(
+            ("error", actor_id, str(error.get("handler")), last),
+            {
+                "kind": "error",
+                "what": f"{actor['name']}[{actor['rank']}] ({actor['class']})",
+                "handler": error.get("handler"),
+                "host": host,
+                "proc": where,
+                "address": proc["address"],
+                "actor": actor_id,
+                "at": error.get("at"),
+            },
+        )
+        entry.update(
+            at=max(float(entry["at"] or 0), float(error.get("at") or 0)),
+            reason=f"{error.get('handler')} raised:\n{text}",
+            handler_errors=actor.get("failures", 0),
+        )
+
     def history(self) -> list[dict[str, Any]]:
         with self.lock:
             return list(self.samples)
@@ -222,6 +265,13 @@ class _Activity:
     def failure_list(self) -> list[dict[str, Any]]:
         with self.lock:
             return sorted(self.failures.values(), key=lambda f: f["at"])
+
+
+def _failed_of(actor: dict[str, Any], error: dict[str, Any]) -> bool:
+    """Whether the actor failed of this very error (a broadcast that raised):
+    then its failure says it, once."""
+    lines = str(error.get("error") or "").strip().splitlines()
+    return actor.get("status") == "failed" and bool(lines) and lines[-1] in str(actor["reason"])
 
 
 class AdminServer:
@@ -251,14 +301,18 @@ class AdminServer:
         class Handler(_Handler):
             admin = server
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _HTTPServer((host, port), Handler)
         self.host = host
         self.port = int(self._httpd.server_address[1])
+        self.announced = False  # whether enable_admin printed where it listens
         self._names = _own_names(host)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="monarch-admin", daemon=True
         )
+        # a first sample before anything else: a process that dies later is
+        # still shown with its name, pid and actors
+        with contextlib.suppress(Exception):
+            self._activity.record(topology())
         self._thread.start()
         self._activity.thread.start()
         try:
@@ -301,6 +355,15 @@ class AdminServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def listens_on(self, host: str, port: int) -> bool:
+        """Whether this server is the one ``HOST:PORT`` asks for (port 0: any port).
+
+        Args:
+            host: the address asked for.
+            port: the port asked for.
+        """
+        return host.strip("[]") == self.host and port in (0, self.port)
+
     def allows_host(self, value: str | None) -> bool:
         """Whether a request's ``Host`` header names this server.
 
@@ -327,6 +390,20 @@ class AdminServer:
             bound = _ip(self.host)
             return bound is None or bound.is_unspecified or ip == bound or ip.is_loopback
         return host in self._names
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a closed tab, a timed-out request) is no
+        error to print on the job's terminal; anything else is logged."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            log.debug("mesh admin: %s went away: %s", client_address, error)
+            return
+        log.warning("mesh admin: a request from %s failed: %r", client_address, error,
+                    exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 def _forget() -> None:
@@ -388,6 +465,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             self._route(url.path, query)
+        except ConnectionError:
+            raise  # the client went away: nobody to answer (handle_error stays quiet)
         except Exception as error:
             self._json(500, {"error": f"{type(error).__name__}: {error}",
                              "traceback": traceback.format_exc()})
@@ -396,7 +475,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/v1":
             self._json(200, {"endpoints": API})
         elif path == "/v1/topology":
-            self._json(200, topology(events=query.get("events") == "1"))
+            found = topology(events=query.get("events") == "1")
+            self.admin._activity.note(found)
+            self._json(200, found)
         elif path == "/v1/diagnostics":
             self._json(200, diagnostics())
         elif path == "/v1/stacks":
@@ -405,6 +486,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"interval": self.admin._activity.interval,
                              "samples": self.admin._activity.history()})
         elif path == "/v1/failures":
+            # what the job shows now too, not only what the last sample saw
+            with contextlib.suppress(Exception):
+                self.admin._activity.note(topology())
             self._json(200, {"failures": self.admin._activity.failure_list()})
         else:
             self._json(404, {"error": f"no such endpoint {path!r}", "endpoints": API})
@@ -414,11 +498,29 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": "name the process: POST /v1/stacks?address=..."})
             return
         # only a process of this job: an address a client names is never dialed
-        if address not in _addresses(topology()):
+        found = topology()
+        self.admin._activity.note(found)
+        process = _processes(found).get(address)
+        if process is None:
             self._json(403, {"error": f"{address!r} is not a process of this job (see "
                              "/v1/topology): the mesh admin only asks the job's own processes"})
             return
-        self._json(200, stacks(address))
+        name = process.get("name") or address
+        status = process.get("status") or "running"
+        if status != "running":
+            self._json(409, {"error": f"the process {name} is {status}: it has no stacks to show",
+                             "status": status})
+            return
+        if "error" in process:  # it did not answer the topology's question just now
+            self._json(504, {"error": f"the process {name} does not answer: "
+                             f"{process['error']}"})
+            return
+        answer = stacks(address)
+        if "error" in answer:
+            self._json(504, {"error": f"the process {name} did not give its stacks: "
+                             f"{answer['error']}"})
+            return
+        self._json(200, answer)
 
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -486,13 +588,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def _addresses(found: dict[str, Any]) -> set[str]:
-    """Every process address of a topology."""
-    known = {str(found["controller"])}
+def _processes(found: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every process of a topology, by address."""
+    known: dict[str, dict[str, Any]] = {}
     for host in found["hosts"]:
         for proc in host["procs"]:
             if proc.get("address"):
-                known.add(str(proc["address"]))
+                known[str(proc["address"])] = proc
     return known
 
 
@@ -511,15 +613,19 @@ def enable_admin(addr: str | None = None, *, quiet: bool = False) -> AdminServer
 
     Args:
         addr: ``HOST:PORT`` to listen on (port 0: any free one); default the
-            ``mesh_admin_addr`` setting (``127.0.0.1:1729``). Every client
-            needs the job's token (``admin_token()``), on loopback too.
+            ``mesh_admin_addr`` setting (``127.0.0.1:1729``), or the server
+            already running. Every client needs the job's token
+            (``admin_token()``), on loopback too.
         quiet: do not print the address.
 
     Returns:
-        The server (the running one when called again).
+        The server (the running one when called again: it prints its address
+        if it has not yet, say when ``enable_dashboard`` started it).
 
     Raises:
         ValueError: ``addr`` is not ``HOST:PORT``.
+        RuntimeError: a server already runs in this process at another
+            address than ``addr`` (``disable_admin()`` first).
         OSError: the address cannot be bound (say, the port is taken).
     """
     global _server
@@ -527,9 +633,16 @@ def enable_admin(addr: str | None = None, *, quiet: bool = False) -> AdminServer
         if _server is None:
             host, port = parse_addr(addr or ADMIN_ADDR.get())
             _server = AdminServer(host, port)
-            if not quiet:
-                sys.stdout.write(f"Mesh admin server listening on {_server.dashboard_url}\n")
-                sys.stdout.flush()
+        elif addr is not None and not _server.listens_on(*parse_addr(addr)):
+            raise RuntimeError(
+                f"a mesh admin server already runs in this process at {_server.url}, not at "
+                f"{addr}: call disable_admin() first to move it (one server per process serves "
+                "the admin API and the dashboard)"
+            )
+        if not quiet and not _server.announced:
+            _server.announced = True
+            sys.stdout.write(f"Mesh admin server listening on {_server.dashboard_url}\n")
+            sys.stdout.flush()
         return _server
 
 
@@ -540,11 +653,11 @@ def enable_dashboard(port: int = 8265, host: str = "127.0.0.1") -> AdminServer:
     It prints ``Monarch Dashboard: http://HOST:PORT/#token=TOKEN``: open that
     URL (the page keeps the token for its tab and takes it out of the address
     bar). When an admin server already runs in this process, the dashboard is
-    on it instead.
+    on it instead, at its address (which is what is printed).
 
     Args:
-        port: the port to listen on (0: any free one).
-        host: the address to listen on.
+        port: the port to listen on (0: any free one), unless a server runs already.
+        host: the address to listen on, unless a server runs already.
 
     Returns:
         The server.
@@ -552,7 +665,11 @@ def enable_dashboard(port: int = 8265, host: str = "127.0.0.1") -> AdminServer:
     Raises:
         OSError: the address cannot be bound.
     """
-    server = enable_admin(f"{host}:{port}", quiet=True)
+    global _server
+    with _lock:
+        if _server is None:
+            _server = AdminServer(host, port)
+        server = _server
     sys.stdout.write(f"Monarch Dashboard: {server.dashboard_url}\n")
     sys.stdout.flush()
     return server

@@ -42,6 +42,7 @@ import ipaddress
 import json
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -59,11 +60,13 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen, Screen
+from textual.theme import Theme
 from textual.widgets import Footer, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from monarch_actor.extension import private_dir, read_records
 
+from ._collect import summarize
 from ._config import ADMIN_ADDR
 from ._server import RECORD, admin_token, parse_addr
 
@@ -72,7 +75,10 @@ __all__ = ["AdminClient", "AdminError", "main", "tui_app"]
 TOKEN_ENV = "MONARCH_ADMIN_TOKEN"
 SECRET_ENV = "MONARCH_JOB_SECRET"
 EXPAND_PROCS_UP_TO = 32  # a bigger job starts with its processes folded
-SLOW_PROBE_MS = 100.0  # a probe slower than this shows in yellow
+SLOW_PROBE_MS = 500.0  # a probe this slow or slower is "slow" (Monarch's threshold)
+REFRESH_MS = 2000  # Monarch's default refresh
+THEMES = ("nord", "doom-nord-light")  # Monarch's --theme values
+LANGS = ("en", "zh")  # Monarch's --lang values
 DIAGNOSTICS_TIMEOUT = 60.0  # the server probes one process after another
 STACKS_TIMEOUT = 60.0  # py-spy may take its time to attach
 
@@ -129,8 +135,18 @@ class AdminClient:
         4
     """
 
-    def __init__(self, addr: str, *, token: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        addr: str,
+        *,
+        token: str | None = None,
+        timeout: float = 10.0,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+    ) -> None:
         self.url = _base_url(addr)
+        self.ssl_context = _ssl_context(self.url, tls_ca, tls_cert, tls_key)
         self.token_from = "--token" if token else "nowhere"
         if token is None:
             fragment = urllib.parse.parse_qs(urllib.parse.urlsplit(addr.strip()).fragment)
@@ -184,7 +200,9 @@ class AdminClient:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:
+            with urllib.request.urlopen(
+                request, timeout=timeout or self.timeout, context=self.ssl_context
+            ) as answer:
                 body = answer.read()
         except urllib.error.HTTPError as error:
             raise _http_error(self, url, error) from None
@@ -222,17 +240,37 @@ class AdminClient:
         return answer
 
     def diagnostics(self) -> dict[str, Any]:
-        """A round trip to every process of the job (``/v1/diagnostics``).
+        """Probe every node: the admin server itself (a round trip to it),
+        then every process and actor of the job (``/v1/diagnostics``).
 
         Returns:
-            ``{"ok": bool, "nodes": [...]}`` as ``monarch_admin.diagnostics`` returns it.
+            ``monarch_admin.diagnostics()``'s report, with the admin server's
+            check first in ``checks`` and ``summary`` counting it, plus
+            ``server``: this client's URL.
 
         Raises:
-            AdminError: as ``get`` does.
+            AdminError: as ``get`` does (the server is the one thing that
+                cannot fail a check: without it there is no report).
         """
+        started = time.perf_counter()
+        self.get("/v1")
+        latency = round((time.perf_counter() - started) * 1000, 3)
         answer: dict[str, Any] = self.get(
             "/v1/diagnostics", timeout=max(self.timeout, DIAGNOSTICS_TIMEOUT), method="POST"
         )
+        server = {
+            "label": "admin server",
+            "reference": self.url,
+            "node": "admin_server",
+            "phase": "admin_infra",
+            "host": urllib.parse.urlsplit(self.url).hostname,
+            "outcome": "slow" if latency >= SLOW_PROBE_MS else "pass",
+            "latency_ms": latency,
+            "error": None,
+        }
+        answer["checks"] = [server, *answer.get("checks", [])]
+        answer["summary"] = summarize(answer["checks"])
+        answer["server"] = self.url
         return answer
 
     def stacks(self, address: str) -> dict[str, Any]:
@@ -270,6 +308,30 @@ def _base_url(addr: str) -> str:
         )
     host, port = parse_addr(text)
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _ssl_context(
+    url: str, ca: str | None, cert: str | None, key: str | None
+) -> ssl.SSLContext | None:
+    """The TLS settings for an ``https://`` server (behind a TLS proxy, say):
+    ``ca`` to verify it (else the system's CAs), ``cert``/``key`` to show it
+    a client certificate. ``None`` for ``http://``."""
+    if not url.startswith("https://"):
+        if ca or cert or key:
+            raise ValueError(
+                f"--tls-ca/--tls-cert/--tls-key need an https:// address, not {url} (the mesh "
+                "admin server speaks plain HTTP; TLS is for a proxy in front of it)"
+            )
+        return None
+    if key and not cert:
+        raise ValueError("--tls-key needs --tls-cert (the client certificate it belongs to)")
+    try:
+        context = ssl.create_default_context(cafile=ca)
+        if cert:
+            context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        raise ValueError(f"cannot load the TLS files: {error}") from None
+    return context
 
 
 def _records_folder() -> str:
@@ -662,45 +724,106 @@ def _job_detail(found: dict[str, Any], url: str) -> RenderableType:
     return _fields(rows)
 
 
-def _diagnostics_view(report: dict[str, Any], failed_actors: list[str]) -> RenderableType:
+LABELS: dict[str, dict[str, str]] = {
+    "en": {
+        "topology": "topology",
+        "detail": "detail",
+        "diagnostics": "diagnostics",
+        "Diagnostics": "Diagnostics",
+        "processes answered": "processes answered",
+        "checks passed": "checks passed",
+        "admin_infra": "Admin infrastructure",
+        "mesh": "Mesh",
+        "healthy": "healthy",
+        "failing": "failing",
+        "probing": "probing every node of the job…",
+        "failed actors": "Failed actors (from the topology):",
+        "diag keys": "Esc closes · d or r runs again · j/k scroll · q quits",
+        "updated": "updated",
+        "every": "every",
+        "help": "? help",
+    },
+    "zh": {  # Monarch's 简体中文 labels where it has them
+        "topology": "拓扑",
+        "detail": "详情",
+        "diagnostics": "诊断",
+        "Diagnostics": "诊断",
+        "processes answered": "个进程已应答",
+        "checks passed": "项检查通过",
+        "admin_infra": "管理",
+        "mesh": "网格",
+        "healthy": "健康",
+        "failing": "失败",
+        "probing": "运行中…",
+        "failed actors": "失败执行器:",
+        "diag keys": "Esc: 返回拓扑 · d/r: 重新运行 · j/k: 滚动 · q: 退出",
+        "updated": "更新于",
+        "every": "每",
+        "help": "?: 帮助",
+    },
+}
+OUTCOME_STYLE = {"pass": "green", "slow": "yellow", "fail": "bold red"}
+
+
+def _diagnostics_view(
+    report: dict[str, Any], failed_actors: list[str], lang: str = "en"
+) -> RenderableType:
+    words = LABELS.get(lang, LABELS["en"])
     nodes = report.get("nodes", [])
+    checks = report.get("checks", [])
+    summary = report.get("summary") or summarize(checks)
     good = sum(bool(node.get("ok")) for node in nodes)
     headline = Text()
-    headline.append("Diagnostics", style="bold")
+    headline.append(words["Diagnostics"], style="bold")
     headline.append(
-        f"  {good}/{len(nodes)} processes answered",
+        f"  {summary['passed']}/{summary['total']} {words['checks passed']}",
+        style="green" if summary["healthy"] else "bold red",
+    )
+    headline.append(
+        f"  ·  {good}/{len(nodes)} {words['processes answered']}",
         style="green" if good == len(nodes) else "bold red",
     )
     headline.append(f"  (at {_clock(report.get('at'))})", style="dim")
-    table = Table(expand=True)
-    table.add_column("probe", no_wrap=True)
-    table.add_column("process", no_wrap=True)
-    table.add_column("host", no_wrap=True)
-    table.add_column("mesh[rank]", no_wrap=True)
-    table.add_column("latency", justify="right", no_wrap=True)
-    table.add_column("error")
-    for node in nodes:
-        ok = bool(node.get("ok"))
-        latency = node.get("latency_ms")
-        slow = ok and latency is not None and float(latency) > SLOW_PROBE_MS
-        where = "-" if node.get("mesh") is None else f"{node['mesh']}[{node.get('rank')}]"
-        table.add_row(
-            Text("ok" if ok else "FAIL", style="green" if ok else "bold red"),
-            Text(str(node.get("name", "?"))),
-            Text(str(node.get("host", "?"))),
-            Text(where),
-            Text(
-                "-" if latency is None else f"{float(latency):.2f} ms",
-                style="yellow" if slow else "",
-            ),
-            Text(str(node.get("error") or ""), style="red"),
-            style="red" if not ok else None,
-        )
-    parts: list[RenderableType] = [headline, table]
+    parts: list[RenderableType] = [headline]
+    for phase in ("admin_infra", "mesh"):
+        ok, total = summary[f"{phase}_passed"], summary[f"{phase}_total"]
+        state = words["healthy"] if ok == total else words["failing"]
+        title = Text()
+        title.append(f"\n{words[phase]}", style="bold")
+        title.append(f"  {ok}/{total} {state}", style="green" if ok == total else "bold red")
+        parts.append(title)
+        table = Table(expand=True)
+        table.add_column("probe", no_wrap=True)
+        table.add_column("node", no_wrap=True)
+        table.add_column("check", no_wrap=True)
+        table.add_column("host", no_wrap=True)
+        table.add_column("latency", justify="right", no_wrap=True)
+        table.add_column("note")
+        for check in checks:
+            if check.get("phase") != phase:
+                continue
+            outcome = str(check.get("outcome", "fail"))
+            latency = check.get("latency_ms")
+            where = check.get("process")
+            reason = [line.strip() for line in str(check.get("reason") or "").splitlines()]
+            reason = [line for line in reason if line]
+            note = check.get("error") or (
+                f"failed: {reason[-1] if reason else ''}" if check.get("status") == "failed" else ""
+            )
+            table.add_row(
+                Text(outcome.upper(), style=OUTCOME_STYLE.get(outcome, "bold red")),
+                Text(str(check.get("node", ""))),
+                Text(str(check.get("label", "?")) + (f" on {where}" if where else "")),
+                Text(str(check.get("host") or "-")),
+                Text("-" if latency is None else f"{float(latency):.2f} ms"),
+                Text(str(note), style="red" if note else ""),
+                style="red" if outcome == "fail" else None,
+            )
+        parts.append(table)
     if failed_actors:
-        parts.append(Text("\nFailed actors (from the topology):", style="bold red"))
+        parts.append(Text("\n" + words["failed actors"], style="bold red"))
         parts.extend(Text("  " + line, style="red") for line in failed_actors)
-    parts.append(Text("\nEsc closes · d or r runs again · j/k scroll · q quits", style="dim"))
+    parts.append(Text("\n" + words["diag keys"], style="dim"))
     return Group(*parts)
 
 
@@ -790,8 +913,9 @@ class _Diagnostics(_Overlay):
         Binding("d,r", "run", "run again"),
     ]
 
-    def __init__(self, client: AdminClient, failed_actors: list[str]) -> None:
-        super().__init__("diagnostics")
+    def __init__(self, client: AdminClient, failed_actors: list[str], lang: str = "en") -> None:
+        super().__init__(LABELS[lang]["diagnostics"])
+        self.lang = lang
         self.client = client
         self.failed_actors = failed_actors
         self.report: dict[str, Any] | None = None
@@ -800,7 +924,7 @@ class _Diagnostics(_Overlay):
         self.action_run()
 
     def action_run(self) -> None:
-        self.body.update(Text("probing every process of the job…", style="dim"))
+        self.body.update(Text(LABELS[self.lang]["probing"], style="dim"))
         self.run_worker(self._probe(), exclusive=True, group="diagnostics")
 
     async def _probe(self) -> None:
@@ -810,7 +934,7 @@ class _Diagnostics(_Overlay):
             self.body.update(Text(f"unavailable: {error}", style="bold red"))
             return
         self.report = report
-        self.body.update(_diagnostics_view(report, self.failed_actors))
+        self.body.update(_diagnostics_view(report, self.failed_actors, self.lang))
 
 
 class _Stacks(_Overlay):
@@ -911,11 +1035,12 @@ class _Topology(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="header")
         tree: Tree[str] = Tree("job", data="job", id="tree")
-        tree.border_title = "topology"
+        words = LABELS[self.tui.lang]
+        tree.border_title = words["topology"]
         tree.show_root = True
         tree.guide_depth = 3
         detail = VerticalScroll(Static(id="detail"), id="detail-pane")
-        detail.border_title = "detail"
+        detail.border_title = words["detail"]
         with Horizontal(id="panes"):
             yield tree
             yield detail
@@ -992,7 +1117,9 @@ class _Topology(Screen[None]):
         self.tui.show()
 
     def action_diagnostics(self) -> None:
-        self.app.push_screen(_Diagnostics(self.tui.client, self.tui.failed_actors()))
+        self.app.push_screen(
+            _Diagnostics(self.tui.client, self.tui.failed_actors(), self.tui.lang)
+        )
 
     def action_stacks(self) -> None:
         proc = self.tui.selected_proc()
@@ -1018,6 +1145,23 @@ def _walk(node: TreeNode[str]) -> list[TreeNode[str]]:
 _Shape = tuple[str, Text, list[Any]]  # (id, label, children: list[_Shape])
 
 
+# Monarch's light theme, on nord's colours
+DOOM_NORD_LIGHT = Theme(
+    name="doom-nord-light",
+    primary="#3B6EA8",
+    secondary="#5272AF",
+    accent="#97365B",
+    warning="#9A7500",
+    error="#99324B",
+    success="#4F894C",
+    foreground="#3B4252",
+    background="#E5E9F0",
+    surface="#ECEFF4",
+    panel="#D8DEE9",
+    dark=False,
+)
+
+
 class _TUI(App[int]):
     """``monarch-tui``'s application: fetches the topology every refresh and
     keeps the tree in step with it (expansion and cursor survive a refresh)."""
@@ -1029,9 +1173,18 @@ class _TUI(App[int]):
     ]
 
     def __init__(
-        self, client: AdminClient, *, refresh_ms: int, first: dict[str, Any] | None
+        self,
+        client: AdminClient,
+        *,
+        refresh_ms: int,
+        first: dict[str, Any] | None,
+        theme: str = "nord",
+        lang: str = "en",
     ) -> None:
         super().__init__()
+        self.register_theme(DOOM_NORD_LIGHT)
+        self.theme = theme
+        self.lang = lang
         self.client = client
         self.refresh_s = refresh_ms / 1000.0
         self.found: dict[str, Any] | None = first
@@ -1204,8 +1357,10 @@ class _TUI(App[int]):
         text.append(f"  {self.client.url}")
         if self.found is not None:
             summary = self.found.get("summary", {})
+            # the summary's keys are plural ("hosts"); the words singular or plural by count
             counts = [
-                _count(summary.get(name, 0), name) for name in ("host", "proc", "actor", "message")
+                _count(summary.get(f"{name}s", 0), name)
+                for name in ("host", "proc", "actor", "message")
             ]
             text.append("  ·  " + " · ".join(counts))
             failed = int(summary.get("failed_actors", 0)) + int(summary.get("failed_procs", 0))
@@ -1218,7 +1373,11 @@ class _TUI(App[int]):
                 style="bold red",
             )
             return text
-        text.append(f"updated {_clock(self.updated_at)} · every {self.refresh_s:g} s", style="dim")
+        words = LABELS[self.lang]
+        text.append(
+            f"{words['updated']} {_clock(self.updated_at)} · {words['every']} {self.refresh_s:g} s",
+            style="dim",
+        )
         text.append(
             f" · system {'shown' if self.show_system else 'hidden'} (s)"
             f" · stopped {'shown' if self.show_stopped else 'hidden'} (h)",
@@ -1226,7 +1385,7 @@ class _TUI(App[int]):
         )
         if self.hidden:
             text.append(f" · {self.hidden} hidden", style="dim")
-        text.append(" · ? help", style="dim")
+        text.append(f" · {words['help']}", style="dim")
         return text
 
     def _show_detail(self) -> None:
@@ -1281,7 +1440,12 @@ class _TUI(App[int]):
 
 
 def tui_app(
-    client: AdminClient, *, refresh_ms: int = 1000, first: dict[str, Any] | None = None
+    client: AdminClient,
+    *,
+    refresh_ms: int = REFRESH_MS,
+    first: dict[str, Any] | None = None,
+    theme: str = "nord",
+    lang: str = "en",
 ) -> App[int]:
     """The ``monarch-tui`` application, to run (``.run()``) or drive in tests
     (``.run_test()``).
@@ -1290,12 +1454,15 @@ def tui_app(
         client: the mesh admin server to show.
         refresh_ms: how often to fetch the topology, in milliseconds.
         first: a topology already fetched, shown before the first refresh.
+        theme: ``nord`` (dark) or ``doom-nord-light`` (light), as Monarch's.
+        lang: ``en``, or ``zh`` (Simplified Chinese) for the panes' titles,
+            the header and the diagnostics.
 
     Returns:
         A textual ``App``; its return value is the exit status.
 
     Raises:
-        ValueError: ``refresh_ms`` is below 50.
+        ValueError: ``refresh_ms`` is below 50, or ``theme``/``lang`` is not one of those.
 
     Examples:
         >>> app = tui_app(AdminClient("127.0.0.1:1729"))  # doctest: +SKIP
@@ -1303,7 +1470,11 @@ def tui_app(
     """
     if refresh_ms < 50:
         raise ValueError(f"refresh_ms must be at least 50 (milliseconds), got {refresh_ms}")
-    return _TUI(client, refresh_ms=refresh_ms, first=first)
+    if theme not in THEMES:
+        raise ValueError(f"theme must be one of {', '.join(THEMES)}, got {theme!r}")
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
+    return _TUI(client, refresh_ms=refresh_ms, first=first, theme=theme, lang=lang)
 
 
 # -- the command --------------------------------------------------------------------------------
@@ -1318,9 +1489,14 @@ examples:
                                               a job on another machine: give its token
   MONARCH_JOB_SECRET=... monarch-tui --addr node7:1729
                                               or the job's secret, to derive the token from
-  monarch-tui --addr 127.0.0.1:1729 --diagnose  probe every process, print JSON; exit 1 when
-                                              a process fails to answer or the server is away
-  monarch-tui --refresh-ms 250                 refresh four times a second
+  monarch-tui --addr 127.0.0.1:1729 --diagnose  probe every node (the admin server, every
+                                              process and actor: pass, slow or fail), print
+                                              JSON; exit 1 when a check fails or the server
+                                              is away
+  monarch-tui --refresh-ms 250                 refresh four times a second (default: 2000)
+  monarch-tui --theme doom-nord-light --lang zh  light colours, Chinese labels
+  monarch-tui --addr https://proxy:8443 --tls-ca ca.pem
+                                              through a TLS proxy in front of the server
 
 keys: j/k move, Tab expand/collapse, c collapse all, s system procs, h stopped actors,
 d diagnostics, p stacks of the selected process, Shift+Tab switch pane, ? help, q quit.
@@ -1349,9 +1525,33 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--refresh-ms",
         type=int,
-        default=1000,
+        default=REFRESH_MS,
         metavar="MS",
-        help="how often to refresh, in milliseconds (default 1000; at least 50)",
+        help=f"how often to refresh, in milliseconds (default {REFRESH_MS}; at least 50)",
+    )
+    parser.add_argument(
+        "--theme",
+        choices=THEMES,
+        default="nord",
+        help="colour theme: nord (dark) or doom-nord-light (light) (default nord)",
+    )
+    parser.add_argument(
+        "--lang",
+        choices=LANGS,
+        default="en",
+        help="display language: en, or zh (Simplified Chinese) (default en)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="for an https:// address (a TLS proxy in front of the server): the CA "
+        "certificate to verify it with (default: the system's CAs)",
+    )
+    parser.add_argument(
+        "--tls-cert", metavar="PEM", help="for an https:// address: a client certificate"
+    )
+    parser.add_argument(
+        "--tls-key", metavar="PEM", help="for an https:// address: the client certificate's key"
     )
     parser.add_argument(
         "--token",
@@ -1362,8 +1562,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--diagnose",
         action="store_true",
-        help="probe every process once, print the report as JSON and exit "
-        "(status 1 if any process failed or the server cannot be reached)",
+        help="probe every node once (the admin server, every process and actor), print "
+        "the report as JSON and exit (status 1 if a check failed or the server cannot be "
+        "reached)",
     )
     return parser
 
@@ -1386,8 +1587,15 @@ def _addr(given: str | None) -> str:
     return _newest_server() or ADMIN_ADDR.get()
 
 
-def _client(addr: str, given: str | None) -> AdminClient:
-    client = AdminClient(addr, token=_token(given))
+def _client(addr: str, given: str | None, tls: dict[str, str | None] | None = None) -> AdminClient:
+    tls = tls or {}
+    client = AdminClient(
+        addr,
+        token=_token(given),
+        tls_ca=tls.get("tls_ca"),
+        tls_cert=tls.get("tls_cert"),
+        tls_key=tls.get("tls_key"),
+    )
     if client.token is None and os.environ.get(SECRET_ENV):
         client.token = admin_token()  # no record here: the job's secret says it
         client.token_from = f"the token derived from ${SECRET_ENV}"
@@ -1396,26 +1604,16 @@ def _client(addr: str, given: str | None) -> AdminClient:
 
 def _diagnose(client: AdminClient) -> int:
     report = client.diagnostics()
-    nodes = report.get("nodes", [])
-    passed = sum(bool(node.get("ok")) for node in nodes)
-    healthy = bool(report.get("ok")) and passed == len(nodes)
-    report["server"] = client.url
-    report["summary"] = {
-        "total": len(nodes),
-        "passed": passed,
-        "failed": len(nodes) - passed,
-        "healthy": healthy,
-    }
+    summary = report["summary"]
     sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
     sys.stdout.flush()
-    if not healthy:
-        for node in nodes:
-            if not node.get("ok"):
-                sys.stderr.write(
-                    f"monarch-tui: {node.get('name')} on {node.get('host')} "
-                    f"({node.get('address')}) failed its probe: {node.get('error')}\n"
-                )
-    return 0 if healthy else 1
+    for check in report.get("checks", []):
+        if check.get("outcome") == "fail":
+            sys.stderr.write(
+                f"monarch-tui: {check.get('node')} {check.get('label')} on {check.get('host')} "
+                f"({check.get('reference')}) failed its probe: {check.get('error')}\n"
+            )
+    return 0 if summary["healthy"] else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1437,10 +1635,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.refresh_ms < 50:
         parser.error(f"--refresh-ms must be at least 50, got {args.refresh_ms}")
+    tls = {"tls_ca": args.tls_ca, "tls_cert": args.tls_cert, "tls_key": args.tls_key}
     try:
-        client = _client(_addr(args.addr), args.token)
+        client = _client(_addr(args.addr), args.token, tls)
     except ValueError as error:
-        parser.error(f"--addr: {error}")
+        parser.error(str(error) if "--tls" in str(error) else f"--addr: {error}")
     except Exception as error:  # a malformed job secret: say which and go
         sys.stderr.write(f"monarch-tui: cannot derive the admin token: {error}\n")
         return 1
@@ -1459,7 +1658,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(or read {client.url}/v1/topology)\n"
         )
         return 1
-    status = tui_app(client, refresh_ms=args.refresh_ms, first=first).run()
+    app = tui_app(
+        client, refresh_ms=args.refresh_ms, first=first, theme=args.theme, lang=args.lang
+    )
+    status = app.run()
     return 0 if status is None else int(status)
 
 

@@ -58,12 +58,37 @@ class JobState:
     mesh named ``"trainers"``; a name the job does not have raises
     ``AttributeError`` listing the names it has.
 
+    As in Monarch, it also says where to look at the job:
+    ``state.dashboard_url`` and ``state.admin_url`` are the URLs of the
+    dashboard and the mesh admin server (``http://HOST:PORT/#token=...``)
+    when ``enable_telemetry(include_dashboard=True)``/``enable_admin()``
+    started them, else ``None``. ``telemetry_url``, ``query_engine`` and
+    ``query_engine_client`` (Monarch's telemetry store) are always ``None``.
+
     Args:
         hosts: each mesh's name and its host mesh.
+        query_engine: accepted for compatibility with Monarch.
+        query_engine_client: accepted for compatibility with Monarch.
+        telemetry_url: accepted for compatibility with Monarch.
+        dashboard_url: the dashboard's URL, or ``None``.
+        admin_url: the mesh admin server's URL, or ``None``.
     """
 
-    def __init__(self, hosts: Mapping[str, HostMesh]) -> None:
+    def __init__(
+        self,
+        hosts: Mapping[str, HostMesh],
+        query_engine: Any = None,
+        query_engine_client: Any = None,
+        telemetry_url: str | None = None,
+        dashboard_url: str | None = None,
+        admin_url: str | None = None,
+    ) -> None:
         self._hosts: dict[str, HostMesh] = dict(hosts)
+        self.query_engine = query_engine
+        self.query_engine_client = query_engine_client
+        self.telemetry_url = telemetry_url
+        self.dashboard_url = dashboard_url
+        self.admin_url = admin_url
 
     def __getattr__(self, name: str) -> HostMesh:
         if name.startswith("__") or name == "_hosts":
@@ -234,7 +259,11 @@ class JobTrait(ABC):
         if self._shutdown_on_kill:
             self._attached.extend(state._hosts.values())
         # a job loaded from an older cache file has neither attribute
-        start_observers(getattr(self, "_admin", None), getattr(self, "_telemetry", None))
+        admin_url, dashboard_url = start_observers(
+            getattr(self, "_admin", None), getattr(self, "_telemetry", None)
+        )
+        state.admin_url = admin_url or state.admin_url
+        state.dashboard_url = dashboard_url or state.dashboard_url
         return state
 
     def _load_cached(self, cached_path: str | None) -> JobTrait | None:
@@ -328,10 +357,16 @@ class JobTrait(ABC):
         """Start the mesh admin server (and, with ``include_dashboard``, the
         dashboard) when ``state()`` next makes the job's state.
 
+        The dashboard is served by the admin server: one server, at the
+        address ``enable_admin``/``mesh_admin_config`` asked for, else on
+        ``dashboard_port``. It prints ``Mesh admin server listening on URL``
+        and ``Monarch Dashboard: URL`` (the same URL, the token in its
+        fragment); ``state.dashboard_url`` gives it.
+
         Args:
             config: the telemetry settings; made from ``kwargs`` when omitted.
-            mesh_admin_config: where the admin server listens; the default
-                unless ``enable_admin`` chose already.
+            mesh_admin_config: where the admin server listens; what
+                ``enable_admin`` chose, if it did, unless given here.
             kwargs: ``TelemetryConfig`` fields.
 
         Returns:
@@ -347,7 +382,9 @@ class JobTrait(ABC):
 
     def enable_admin(self, config: MeshAdminConfig | None = None, **kwargs: Any) -> JobTrait:
         """Start the mesh admin server when ``state()`` next makes the job's
-        state; it prints ``Mesh admin server listening on http://HOST:PORT``.
+        state; it prints ``Mesh admin server listening on
+        http://HOST:PORT/#token=...`` (``state.admin_url``), at the address
+        asked for, the dashboard too when ``enable_telemetry`` asks for it.
 
         Args:
             config: where it listens; made from ``kwargs`` when omitted.

@@ -43,21 +43,47 @@ class TelemetryConfig:
     snapshot_interval_secs: float = 30.0
 
 
-def start_observers(admin: MeshAdminConfig | None, telemetry: TelemetryConfig | None) -> None:
+def start_observers(
+    admin: MeshAdminConfig | None, telemetry: TelemetryConfig | None
+) -> tuple[str | None, str | None]:
     """Start what ``enable_admin``/``enable_telemetry`` asked for (once per process).
+
+    The dashboard is served by the mesh admin server: one server, at the
+    address asked for. ``admin_addr``, when given, is where it listens (and
+    the dashboard with it); otherwise, with the dashboard on, it listens on
+    the dashboard's port. It prints ``Mesh admin server listening on URL``
+    and, with the dashboard, ``Monarch Dashboard: URL``: the same URL.
 
     Args:
         admin: the admin server's settings, or ``None`` for none.
         telemetry: the telemetry settings, or ``None``.
 
+    Returns:
+        The admin server's URL and the dashboard's (each with the token in its
+        fragment, ``http://HOST:PORT/#token=...``), ``None`` for what was not
+        asked for.
+
     Raises:
         RuntimeError: ``monarch-admin`` is not installed (the message says so).
     """
-    if telemetry is not None and telemetry.include_dashboard:
-        hook = extension("dashboard")
-        assert hook is not None
-        hook(telemetry.dashboard_port)
+    dashboard = telemetry is not None and telemetry.include_dashboard
+    admin_url = dashboard_url = None
     if admin is not None:
+        addr = admin.admin_addr
+        if addr is None and telemetry is not None and dashboard:
+            addr = f"127.0.0.1:{telemetry.dashboard_port}"
         hook = extension("admin")
         assert hook is not None
-        hook(admin.admin_addr)
+        admin_url = _url(hook(addr))
+    if telemetry is not None and dashboard:
+        hook = extension("dashboard")
+        assert hook is not None
+        # an admin server already running serves the dashboard: it says so, same URL
+        dashboard_url = _url(hook(telemetry.dashboard_port))
+    return admin_url, dashboard_url
+
+
+def _url(server: object) -> str | None:
+    """What a server the hooks started says to open (its ``dashboard_url``)."""
+    url = getattr(server, "dashboard_url", None)
+    return url if isinstance(url, str) else None

@@ -425,6 +425,7 @@ class ActorHost:
     def _raised(
         self, header: dict[str, Any], ep: EndpointProperty[..., Any], error: Exception
     ) -> None:
+        self.stats.raised(ep.name, error)  # the admin shows it, whoever hears of it
         if ep.explicit_response_port:  # no reply path: the actor fails
             self._fail(f"{self.name}.{ep.name} raised:\n{remote_traceback(error)}", error)
             self._answer(

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import collections
 import time
+import traceback
 from typing import Any, Final
 
 __all__ = ["FLIGHT_RECORDER", "ActorStats"]
 
 FLIGHT_RECORDER: Final = 64  # recent events kept per actor
+ERROR_TEXT: Final = 8000  # characters of a handler's exception kept (its end: the error)
 
 
 class ActorStats:
@@ -19,8 +21,10 @@ class ActorStats:
         "busy_seconds",
         "current",
         "current_since",
+        "error_note",
         "events",
         "failures",
+        "last_error",
         "last_handler",
         "messages",
         "started_at",
@@ -34,6 +38,8 @@ class ActorStats:
         self.current = ""  # the endpoint running now ("" when idle)
         self.current_since = 0.0  # on the perf_counter clock
         self.started_at = time.time()
+        self.last_error: tuple[float, str, str] | None = None  # (at, endpoint, traceback)
+        self.error_note = ""  # the error of the handler ending now, for its event
         self.events: collections.deque[tuple[float, str, str, float]] = collections.deque(
             maxlen=FLIGHT_RECORDER
         )
@@ -51,9 +57,20 @@ class ActorStats:
         self.busy_seconds += seconds
         self.last_handler = endpoint
         self.current = ""
+        detail = endpoint
         if failed:
             self.failures += 1
-        self.events.append((time.time(), "failed" if failed else "handled", endpoint, seconds))
+            if self.error_note:
+                detail, self.error_note = f"{endpoint}: {self.error_note}", ""
+        self.events.append((time.time(), "failed" if failed else "handled", detail, seconds))
+
+    def raised(self, endpoint: str, error: BaseException) -> None:
+        """The endpoint raised ``error`` (before ``end``): kept as the actor's
+        last error, its traceback included, for the admin to show."""
+        text = "".join(traceback.format_exception(error))
+        self.last_error = (time.time(), endpoint, text[-ERROR_TEXT:])
+        lines = traceback.format_exception_only(error)
+        self.error_note = lines[-1].strip() if lines else type(error).__name__
 
     def note(self, event: str, detail: str = "") -> None:
         """Record a lifecycle event (started, failed, stopped) with its detail."""
@@ -71,6 +88,11 @@ class ActorStats:
                 round(time.perf_counter() - self.current_since, 3) if self.current else 0.0
             ),
             "started_at": self.started_at,
+            "last_error": (
+                None
+                if self.last_error is None
+                else dict(zip(("at", "handler", "error"), self.last_error, strict=True))
+            ),
         }
         if events:
             data["events"] = [

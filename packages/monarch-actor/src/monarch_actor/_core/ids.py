@@ -2,7 +2,7 @@
 
 A uid is either a *singleton* (a label alone, ``"controller"``) or an
 *instance*: a random 64-bit number written in base58 (Flickr alphabet),
-optionally after a label, ``"worker<2MuAHeDjLCEd>"`` or ``"<2MuAHeDjLCEd>"``.
+optionally after a label, ``"worker<43B9igyLqVe>"`` or ``"<43B9igyLqVe>"``.
 Two instance uids are equal when their numbers are, whatever their labels.
 """
 
@@ -58,9 +58,9 @@ class Uid:
     ``Uid.from_string(text)``.
 
     Examples:
-        >>> uid = Uid.from_string("worker<2MuAHeDjLCEd>")
+        >>> uid = Uid.from_string("worker<43B9igyLqVe>")
         >>> uid.label, uid.is_instance, str(uid)
-        ('worker', True, 'worker<2MuAHeDjLCEd>')
+        ('worker', True, 'worker<43B9igyLqVe>')
         >>> Uid.from_string("controller").is_singleton
         True
     """

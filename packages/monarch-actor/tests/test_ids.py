@@ -34,7 +34,9 @@ def test_proc_ids_are_their_uids() -> None:
     uid = Uid.instance("trainer")
     proc = ProcId(uid)
     assert proc.uid == uid and proc.label == "trainer" and str(proc) == str(uid)
-    assert ProcId.from_string(str(proc)) == proc and hash(ProcId.from_string(str(proc))) == hash(proc)
+    assert ProcId.from_string(str(proc)) == proc and hash(ProcId.from_string(str(proc))) == hash(
+        proc
+    )
     assert repr(proc) == f"<'trainer' {uid}>"
     with pytest.raises(TypeError, match="takes a Uid"):
         ProcId("trainer")  # type: ignore[arg-type]

@@ -29,7 +29,9 @@ def _runtime_layer_restored():
 def test_monarchs_names_are_the_registrys_functions() -> None:
     for name in monarch.config.__all__:
         assert getattr(monarch.config, name) is getattr(monarch_config, name)
-        if name.islower() and not name.startswith("parametrize"):  # Monarch's top level has the functions
+        if name.islower() and not name.startswith(
+            "parametrize"
+        ):  # Monarch's top level has the functions
             assert getattr(monarch, name) is getattr(monarch_config, name)
     with pytest.raises(ValueError, match="invalid configuration key: `nonexistent_key`"):
         monarch.configure(nonexistent_key=1)
@@ -71,37 +73,30 @@ def test_a_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) ->
 # -- parametrize_config / parametrize_config_pointwise / Encoding (as in Monarch) ------
 
 
-from monarch.config import (  # noqa: E402
-    Encoding,
-    get_global_config as _global,
-    parametrize_config,
-    parametrize_config_pointwise,
-)
-
 _seen: list[tuple[str, str]] = []
 
 
-@parametrize_config(cleanup_timeout={"7s", "9s"}, attach_timeout={"1m"})
+@monarch.config.parametrize_config(cleanup_timeout={"7s", "9s"}, attach_timeout={"1m"})
 def test_parametrize_config_runs_each_combination_under_configured() -> None:
-    config = _global()
+    config = monarch.config.get_global_config()
     _seen.append((config["cleanup_timeout"], config["attach_timeout"]))
 
 
-@parametrize_config_pointwise(cleanup_timeout=["3s", "4s"])
+@monarch.config.parametrize_config_pointwise(cleanup_timeout=["3s", "4s"])
 def test_parametrize_config_pointwise_runs_each_position() -> None:
-    _seen.append((_global()["cleanup_timeout"], "pointwise"))
+    _seen.append((monarch.config.get_global_config()["cleanup_timeout"], "pointwise"))
 
 
 def test_the_parametrized_runs_saw_their_settings() -> None:
     assert sorted(_seen) == sorted(
         [("7s", "1m"), ("9s", "1m"), ("3s", "pointwise"), ("4s", "pointwise")]
     )
-    assert _global()["cleanup_timeout"] == "5s"  # restored after each run
+    assert monarch.config.get_global_config()["cleanup_timeout"] == "5s"  # restored after each run
 
 
 def test_parametrize_config_checks_its_options() -> None:
     with pytest.raises(ValueError, match="at least one"):
-        parametrize_config()
+        monarch.config.parametrize_config()
     with pytest.raises(ValueError, match="same number"):
-        parametrize_config_pointwise(cleanup_timeout=["1s"], attach_timeout=[])
-    assert [e.name for e in Encoding] == ["Bincode", "Json", "Multipart"]
+        monarch.config.parametrize_config_pointwise(cleanup_timeout=["1s"], attach_timeout=[])
+    assert [e.name for e in monarch.config.Encoding] == ["Bincode", "Json", "Multipart"]

@@ -76,8 +76,14 @@ def test_monarch_internal_path_gives_the_public_object(module, name, public) -> 
 
 
 def test_every_shim_reexports_only_public_objects() -> None:
-    publics = {id(getattr(m, n)) for m in (monarch.actor, monarch.job, monarch.job.kubernetes, monarch.config) for n in m.__all__}
-    publics |= {id(getattr(monarch, n)) for n in ("Extent", "NDSlice", "Shape", "Slice", "Selection")}
+    publics = {
+        id(getattr(m, n))
+        for m in (monarch.actor, monarch.job, monarch.job.kubernetes, monarch.config)
+        for n in m.__all__
+    }
+    publics |= {
+        id(getattr(monarch, n)) for n in ("Extent", "NDSlice", "Shape", "Slice", "Selection")
+    }
     for module in {m for m, _, _ in PATHS}:
         shim = importlib.import_module(module)
         for name in shim.__all__:

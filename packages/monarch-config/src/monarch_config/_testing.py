@@ -30,8 +30,11 @@ class Encoding(enum.Enum):
     """
 
     Bincode = 0
+    """Monarch's compact binary encoding."""
     Json = 1
+    """JSON."""
     Multipart = 2
+    """Monarch's default: a header with out-of-band parts."""
 
 
 _ARG = "_config_overrides"
@@ -52,7 +55,9 @@ def _decorator(
         wrapped: Callable[..., Any]
         if inspect.iscoroutinefunction(fn):
 
-            async def async_wrapper(_config_overrides: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            async def async_wrapper(
+                _config_overrides: dict[str, Any], *args: Any, **kwargs: Any
+            ) -> Any:
                 with configured(**_config_overrides):
                     return await fn(*args, **kwargs)
 
@@ -65,14 +70,16 @@ def _decorator(
 
             wrapped = sync_wrapper
         functools.update_wrapper(wrapped, fn)
-        wrapped.__signature__ = new_signature  # type: ignore[attr-defined]
+        setattr(wrapped, "__signature__", new_signature)  # noqa: B010 (inspect reads it)
         marked: Callable[..., Any] = pytest.mark.parametrize(_ARG, overrides, ids=ids)(wrapped)
         return marked
 
     return decorator
 
 
-def parametrize_config(**config_options: Iterable[Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def parametrize_config(
+    **config_options: Iterable[Any],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A pytest decorator that runs the test once per combination of the
     given settings' values (their cartesian product), each run inside
     ``configured(...)`` with that combination.

@@ -10,6 +10,7 @@ stops every forward it started (its relay actors are its children).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -57,10 +58,8 @@ async def _close_writer(writer: asyncio.StreamWriter) -> None:
 
 
 def _send_abort(channel: Port[Any]) -> None:
-    try:
+    with contextlib.suppress(RuntimeError):
         channel.send(_Abort())
-    except RuntimeError:
-        pass
 
 
 async def _send_socket(reader: asyncio.StreamReader, channel: Port[Any]) -> None:
@@ -109,7 +108,9 @@ async def _relay(
     closed_task = asyncio.create_task(_wait_for_eofs(send_task, received_eof))
     tasks = [send_task, receive_task, closed_task]
     try:
-        done, _ = await asyncio.wait((receive_task, closed_task), return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            (receive_task, closed_task), return_when=asyncio.FIRST_COMPLETED
+        )
         await (receive_task if receive_task in done else closed_task)
     except asyncio.CancelledError:
         _send_abort(send)
@@ -213,8 +214,11 @@ class PortForwarder(Actor):
     wanted, and stop it to close every forward it started.
 
     Examples:
-        >>> forwarder = this_proc().spawn("forwarder", PortForwarder)  # doctest: +SKIP
-        >>> forwarder.forward.call_one(servers, 8000, clients, "127.0.0.1:9000").get()  # doctest: +SKIP
+        ```python
+        forwarder = this_proc().spawn("forwarder", PortForwarder)
+        # clients' port 9000 reaches port 8000 of the servers' processes
+        forwarder.forward.call_one(servers, 8000, clients, "127.0.0.1:9000").get()
+        ```
     """
 
     @endpoint
@@ -263,7 +267,9 @@ class PortForwarder(Actor):
             await source.start.call(destination, src_address)
         except Exception as error:
             stops = [a.stop().as_asyncio() for a in (source, destination) if a is not None]
-            failures = [r for r in await asyncio.gather(*stops, return_exceptions=True) if r is not None]
+            failures = [
+                r for r in await asyncio.gather(*stops, return_exceptions=True) if r is not None
+            ]
             if failures:
                 details = "; ".join(f"{type(f).__name__}: {f}" for f in failures)
                 error.add_note(f"port-forward setup cleanup failed: {details}")

@@ -57,6 +57,10 @@ class Uid:
     Make one with ``Uid.anonymous()``, ``Uid.instance(label)`` or
     ``Uid.from_string(text)``.
 
+    Args:
+        number: the instance number (below 2**64), or ``None`` for a singleton.
+        label: the label, or ``None`` for an unlabelled instance.
+
     Examples:
         >>> uid = Uid.from_string("worker<43B9igyLqVe>")
         >>> uid.label, uid.is_instance, str(uid)
@@ -80,6 +84,10 @@ class Uid:
     def instance(label: str | None = None) -> Uid:
         """A fresh instance uid, with ``label`` shown in front of its number.
 
+        Args:
+            label: 1 to 63 lowercase letters, digits, ``-`` or ``_``, starting with a
+                letter and ending with a letter or digit; ``None``: no label.
+
         Raises:
             ValueError: ``label`` is not a valid label.
         """
@@ -88,6 +96,9 @@ class Uid:
     @staticmethod
     def from_string(uid: str) -> Uid:
         """The uid ``uid`` is the string form of (``str(uid)`` reads back).
+
+        Args:
+            uid: ``label``, ``label<base58>`` or ``<base58>``.
 
         Raises:
             ValueError: ``uid`` is not a uid's string form.
@@ -159,6 +170,9 @@ class ProcId:
     @staticmethod
     def from_string(proc_id: str) -> ProcId:
         """The proc id ``proc_id`` is the string form of.
+
+        Args:
+            proc_id: its uid's string form.
 
         Raises:
             ValueError: ``proc_id`` is not a uid's string form.

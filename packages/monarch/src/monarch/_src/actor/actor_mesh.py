@@ -1,8 +1,10 @@
-"""``monarch._src.actor.actor_mesh``: actors, endpoints' adverbs, channels and the message context.
+"""``monarch._src.actor.actor_mesh``: actors, endpoints' adverbs, channels and the message
+context.
 
-Exists for Monarch compatibility: Monarch's own examples and tests import
-these names through this internal path. The objects are the public ones of
-``monarch.actor``; new code should import from there."""
+Exists for Monarch compatibility: Monarch's own examples and tests import these names
+through this internal path. The objects are the public ones of ``monarch.actor``; new
+code should import from there.
+"""
 
 from monarch.actor import (
     Accumulator,

@@ -2,7 +2,8 @@
 
 Exists for Monarch compatibility: Monarch's own examples and tests import
 ``unhandled_fault_hook`` through this internal path. The objects are the public ones of
-``monarch.actor``; new code should import from there."""
+``monarch.actor``; new code should import from there.
+"""
 
 from monarch.actor import (
     unhandled_fault_hook,

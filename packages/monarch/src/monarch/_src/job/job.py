@@ -1,8 +1,9 @@
 """``monarch._src.job.job``: the job interface and jobs on this machine.
 
-Exists for Monarch compatibility: Monarch's own examples and tests import
-these names through this internal path. The objects are the public ones of
-``monarch.job``; new code should import from there."""
+Exists for Monarch compatibility: Monarch's own examples and tests import these names
+through this internal path. The objects are the public ones of ``monarch.job``; new code
+should import from there.
+"""
 
 from monarch.job import (
     DEFAULT_JOB_PATH,

@@ -2,7 +2,8 @@
 
 Exists for Monarch compatibility: Monarch's own examples and tests import
 ``PortForwarder`` through this internal path. The object is the public one of
-``monarch.job``; new code should import from there."""
+``monarch.job``; new code should import from there.
+"""
 
 from monarch.job import PortForwarder
 

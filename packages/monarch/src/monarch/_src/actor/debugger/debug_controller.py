@@ -2,7 +2,8 @@
 
 Exists for Monarch compatibility: Monarch's own examples and tests import
 ``debug_controller`` through this internal path. The objects are the public ones of
-``monarch.actor``; new code should import from there."""
+``monarch.actor``; new code should import from there.
+"""
 
 from monarch.actor import (
     debug_controller,

@@ -1,6 +1,0 @@
-"""``monarch._src.rdma``: where Monarch defines ``monarch.rdma``'s objects.
-
-Exists for Monarch compatibility only: it mirrors the layout of Monarch's
-internal package so that imports Monarch's own examples and tests use keep
-working. Each module re-exports public objects; import them from ``monarch``,
-``monarch.actor``, ``monarch.job``, ``monarch.config`` or ``monarch.rdma``."""

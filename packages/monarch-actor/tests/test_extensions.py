@@ -9,7 +9,7 @@ from monarch_actor.extension import extension
 def test_a_missing_extension_names_the_package_to_install(monkeypatch) -> None:
     monkeypatch.setattr(extensions, "_entry_points", dict)  # as if nothing were installed
     assert extension("no-such-hook", required=False) is None
-    for hook in ("activate", "rref", "keep"):
+    for hook in ("activate", "device_mesh", "rref", "keep"):
         with pytest.raises(RuntimeError, match="pip install monarch-tensor"):
             extension(hook)
     with pytest.raises(RuntimeError, match="the 'no-such-hook' extension"):

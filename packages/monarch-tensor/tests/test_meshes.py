@@ -123,3 +123,24 @@ def test_a_process_dying_mid_operation_fails_fetches_not_hangs(monkeypatch):
         assert "7" in str(faults[0])
     finally:
         procs.stop().get(timeout=60)
+
+
+def test_a_proc_mesh_is_its_device_mesh(procs):
+    # as in Monarch's distributed_tensors.py: a proc mesh shows its table and
+    # gives rank tensors without being activated first
+    table = procs.to_table()
+    assert table.splitlines()[0].split() == ["stage", "gpus", "process"]
+    assert len(table.splitlines()) == 1 + 4
+    gpus = procs.rank_tensor("gpus")
+    both = procs.rank_tensor(("stage", "gpus"))
+    ranks = procs.rank_tensors()
+    assert set(ranks) == {"stage", "gpus"}
+    for s in range(2):
+        for g in range(2):
+            assert fetch_shard(gpus, stage=s, gpus=g).get(timeout=60).item() == g
+            assert fetch_shard(both, stage=s, gpus=g).get(timeout=60).item() == 2 * s + g
+            assert fetch_shard(ranks["stage"], stage=s, gpus=g).get(timeout=60).item() == s
+    with pytest.raises(KeyError, match="'hosts'"):
+        procs.rank_tensor("hosts")
+    # a slice is the device mesh of its processes
+    assert procs.slice(stage=1).to_table().splitlines()[1].split() == ["0", "2"]

@@ -29,7 +29,10 @@ def _runtime_layer_restored():
 def test_monarchs_names_are_the_registrys_functions() -> None:
     for name in monarch.config.__all__:
         assert getattr(monarch.config, name) is getattr(monarch_config, name)
-        assert getattr(monarch, name) is getattr(monarch_config, name)
+        if name.islower() and not name.startswith(
+            "parametrize"
+        ):  # Monarch's top level has the functions
+            assert getattr(monarch, name) is getattr(monarch_config, name)
     with pytest.raises(ValueError, match="invalid configuration key: `nonexistent_key`"):
         monarch.configure(nonexistent_key=1)
     with pytest.raises(TypeError, match="invalid value `'many'` for configuration key"):
@@ -65,3 +68,35 @@ def test_a_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("MONARCH_HEARTBEAT_DEADLINE", "soon")
     with pytest.raises(ValueError, match="MONARCH_HEARTBEAT_DEADLINE='soon' is not a valid value"):
         monarch.config.get_global_config()
+
+
+# -- parametrize_config / parametrize_config_pointwise / Encoding (as in Monarch) ------
+
+
+_seen: list[tuple[str, str]] = []
+
+
+@monarch.config.parametrize_config(cleanup_timeout={"7s", "9s"}, attach_timeout={"1m"})
+def test_parametrize_config_runs_each_combination_under_configured() -> None:
+    config = monarch.config.get_global_config()
+    _seen.append((config["cleanup_timeout"], config["attach_timeout"]))
+
+
+@monarch.config.parametrize_config_pointwise(cleanup_timeout=["3s", "4s"])
+def test_parametrize_config_pointwise_runs_each_position() -> None:
+    _seen.append((monarch.config.get_global_config()["cleanup_timeout"], "pointwise"))
+
+
+def test_the_parametrized_runs_saw_their_settings() -> None:
+    assert sorted(_seen) == sorted(
+        [("7s", "1m"), ("9s", "1m"), ("3s", "pointwise"), ("4s", "pointwise")]
+    )
+    assert monarch.config.get_global_config()["cleanup_timeout"] == "5s"  # restored after each run
+
+
+def test_parametrize_config_checks_its_options() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        monarch.config.parametrize_config()
+    with pytest.raises(ValueError, match="same number"):
+        monarch.config.parametrize_config_pointwise(cleanup_timeout=["1s"], attach_timeout=[])
+    assert [e.name for e in monarch.config.Encoding] == ["Bincode", "Json", "Multipart"]

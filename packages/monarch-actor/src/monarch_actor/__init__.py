@@ -47,6 +47,7 @@ from ._boot import (
 )
 from ._core.errors import ActorError, MonarchError, SupervisionError
 from ._core.future import Future
+from ._core.ids import ProcId, Uid
 from ._core.ports import Channel, Port, PortReceiver, RankedPortReceiver
 from ._supervision.faults import MeshFailure, unhandled_fault_hook
 
@@ -80,9 +81,11 @@ __all__ = [
     "Point",
     "Port",
     "PortReceiver",
+    "ProcId",
     "ProcMesh",
     "RankedPortReceiver",
     "SupervisionError",
+    "Uid",
     "ValueMesh",
     "as_endpoint",
     "concurrent_endpoint",

@@ -32,12 +32,14 @@ from ._registry import (
     runtime_values,
     settings,
 )
+from ._testing import Encoding, parametrize_config, parametrize_config_pointwise
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Bool",
     "Choice",
     "Duration",
+    "Encoding",
     "Int",
     "Kind",
     "Setting",
@@ -52,6 +54,8 @@ __all__ = [
     "get_global_config",
     "get_runtime_config",
     "inherit",
+    "parametrize_config",
+    "parametrize_config_pointwise",
     "parse_duration",
     "reference_markdown",
     "runtime_values",

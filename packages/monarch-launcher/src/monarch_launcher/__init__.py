@@ -21,6 +21,7 @@ from ._exec import exec_command
 from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait, LocalJob, job_load, job_loads
 from ._kubernetes import ImageSpec, KubeConfig, KubernetesJob
 from ._observe import MeshAdminConfig, TelemetryConfig
+from ._port_forward import PortForwarder
 from ._process import ProcessJob
 from ._shell import shell
 from ._slurm import SlurmJob
@@ -38,6 +39,7 @@ __all__ = [
     "LauncherError",
     "LocalJob",
     "MeshAdminConfig",
+    "PortForwarder",
     "ProcessJob",
     "SlurmJob",
     "TelemetryConfig",

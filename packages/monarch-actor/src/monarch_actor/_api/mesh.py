@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from monarch_mesh import Shape, Slice
@@ -338,6 +338,34 @@ class ProcMesh(MeshOps):
         """A context manager under which torch operations make distributed
         tensors on every process of this mesh (needs ``monarch-tensor``)."""
         hook = extension("activate")
+        assert hook is not None
+        return hook(self)
+
+    def to_table(self) -> str:
+        """The processes of this mesh as a table, as its device mesh shows
+        them: each one's coordinates and rank (needs ``monarch-tensor``)."""
+        return self._device_mesh().to_table()  # type: ignore[no-any-return]
+
+    def rank_tensor(self, dim: str | Sequence[str]) -> Any:
+        """A distributed scalar tensor holding each process's index along
+        ``dim`` (row-major over several names), on this mesh's device mesh
+        (needs ``monarch-tensor``).
+
+        Args:
+            dim: a dimension name, or several.
+
+        Raises:
+            KeyError: a name is not a dimension of this mesh.
+        """
+        return self._device_mesh().rank(dim)
+
+    def rank_tensors(self) -> dict[str, Any]:
+        """``rank_tensor(dim)`` for every dimension of this mesh (needs ``monarch-tensor``)."""
+        return dict(self._device_mesh().ranks)
+
+    def _device_mesh(self) -> Any:
+        """This mesh's device mesh (distributed tensors), made on first use."""
+        hook = extension("device_mesh")
         assert hook is not None
         return hook(self)
 

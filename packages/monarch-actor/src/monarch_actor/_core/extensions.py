@@ -1,7 +1,9 @@
 """Hooks that sibling packages plug in, so this package never imports them.
 
 ``monarch-tensor`` declares Python entry points of group
-``monarch.extensions``: ``activate`` (``ProcMesh.activate()``), ``rref``
+``monarch.extensions``: ``activate`` (``ProcMesh.activate()``),
+``device_mesh`` (a proc mesh's ``DeviceMesh``: ``to_table``,
+``rank_tensor``, ``rank_tensors``), ``rref``
 (the adverb, at the caller) and ``keep`` (where an rref call's result stays,
 at the receiver). Argument transforms (a distributed tensor argument sent as
 a reference to each receiver's own shard) are registered by the package when
@@ -25,6 +27,7 @@ EXTENSION_GROUP = "monarch.extensions"
 # what each hook is for, and the package that provides it
 _PROVIDERS = {
     "activate": ("ProcMesh.activate() (distributed tensors)", "monarch-tensor"),
+    "device_mesh": ("a ProcMesh's device mesh (to_table, rank_tensor)", "monarch-tensor"),
     "rref": ("the rref() adverb (distributed tensors)", "monarch-tensor"),
     "keep": ("results of rref() calls (distributed tensors)", "monarch-tensor"),
     "admin": ("the mesh admin server (enable_admin)", "monarch-admin"),

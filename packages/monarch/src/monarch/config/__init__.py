@@ -16,17 +16,23 @@ Examples:
 """
 
 from monarch_config import (
+    Encoding,
     clear_runtime_config,
     configure,
     configured,
     get_global_config,
     get_runtime_config,
+    parametrize_config,
+    parametrize_config_pointwise,
 )
 
 __all__ = [
+    "Encoding",
     "clear_runtime_config",
     "configure",
     "configured",
     "get_global_config",
     "get_runtime_config",
+    "parametrize_config",
+    "parametrize_config_pointwise",
 ]

@@ -1,0 +1,7 @@
+"""``monarch._src.actor``: where Monarch defines ``monarch.actor``'s objects.
+
+Exists for Monarch compatibility only: it mirrors the layout of Monarch's internal
+package so that imports Monarch's own examples and tests use keep working. Each module
+re-exports public objects; import them from ``monarch``, ``monarch.actor``,
+``monarch.job``, ``monarch.config`` or ``monarch.rdma``.
+"""

@@ -346,3 +346,64 @@ def test_shutdown_right_after_attach_reaches_a_worker_that_is_not_up_yet():
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
+
+
+def test_a_worker_listening_on_every_interface_answers_under_the_address_dialed():
+    # the many-hosts tutorial's worker: a bare wildcard, dialed here by loopback
+    job_secret()
+    port = free_port()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, f"tcp://0.0.0.0:{port}"], start_new_session=True
+    )
+    try:
+        hosts = attach_to_workers(workers=[f"tcp://127.0.0.1:{port}"])
+        assert hosts.initialized.get(timeout=30) is True
+        victims = hosts.spawn_procs(per_host={"gpus": 2}).spawn("v", Victim)
+        pids = victims.pid.call().get(timeout=60)
+        assert all(parent_of(pid) != os.getpid() for _, pid in pids.items())
+        hosts.shutdown().get(timeout=60)
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+
+
+def test_a_worker_with_another_secret_is_reported_at_once_and_does_not_flood_its_log():
+    job_secret()
+    address = f"tcp://127.0.0.1:{free_port()}"
+    other = "cd" * 32 if os.environ["MONARCH_JOB_SECRET"] == "ab" * 32 else "ab" * 32
+    env = {**os.environ, "MONARCH_JOB_SECRET": other}
+    ready = "worker-listening"
+    code = (
+        "import logging, sys; logging.basicConfig(level=logging.WARNING); "
+        "from monarch_actor import run_worker_loop_forever as run; "
+        f"print({ready!r}, flush=True); "
+        "run(address=sys.argv[1], ca='trust_all_connections')"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", code, address],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert worker.stdout is not None and ready in worker.stdout.readline()
+        hosts = attach_to_workers(workers=[address], ca="trust_all_connections")
+        # well within the attach timeout (60 s): the refusal is final, not retried
+        with pytest.raises(ConnectionError) as caught:
+            hosts.initialized.get(timeout=30)
+        message = str(caught.value)
+        assert "authentication was refused" in message, message
+        assert address in message and "MONARCH_JOB_SECRET" in message, message
+        assert worker.stderr is not None
+        seen = []
+        while not any("unauthenticated" in line for line in seen):  # the worker's side of it
+            seen.append(worker.stderr.readline())
+            assert seen[-1], "".join(seen)
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        _, rest = worker.communicate(timeout=30)
+    refusals = [line for line in [*seen, *rest.splitlines()] if "unauthenticated" in line]
+    assert len(refusals) == 1, refusals

@@ -113,6 +113,26 @@ def test_output_streams_to_the_controller_tagged_with_rank():
     assert "[2 similar log lines] same everywhere" in out
 
 
+@pytest.mark.parametrize("end", ["stop", "exit"])
+def test_the_last_aggregation_window_is_shown_at_stop_and_at_exit(end):
+    # a window far longer than the script: only stop() or the exit can show the lines
+    script = run_script(
+        f"""
+        procs = this_host().spawn_procs(per_host={{"gpus": 2}})
+        asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=600))
+        procs.spawn("talk", Pid).say.call("said in the last window").get()
+        if {end == "stop"!r}:
+            procs.stop().get()
+            print("STOPPED", flush=True)
+        """
+    )
+    out, err = script.communicate(timeout=60)
+    assert script.returncode == 0, err
+    assert "[2 similar log lines] said in the last window" in out, (out, err)
+    if end == "stop":
+        assert out.index("said in the last window") < out.index("STOPPED"), out
+
+
 def test_an_error_nobody_awaits_fails_the_script_fast():
     script = run_script(
         """

@@ -6,6 +6,7 @@ import fcntl
 import os
 import pty
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -116,9 +117,74 @@ def test_a_mesh_of_more_than_one_host_is_refused(in_tmp, monkeypatch):
     monkeypatch.delenv("MONARCH_HOSTS", raising=False)
     hosts = hosts_from_config("MONARCH_HOSTS")  # two local workers
     try:
-        with pytest.raises(ValueError, match="slice the mesh to one host first"):
+        with pytest.raises(ValueError, match=r"singleton HostMesh.*slice the mesh to one host"):
             shell(hosts)
     finally:
         hosts.shutdown().get(timeout=60)
     with pytest.raises(TypeError, match="HostMesh"):
         shell("localhost")  # type: ignore[arg-type]
+
+
+GUARDED = textwrap.dedent(
+    """
+    import sys
+    from monarch_actor import this_host
+    from monarch_launcher import shell
+
+    try:
+        outcome = f"STATUS {shell(this_host())}"
+    except BaseException as error:
+        outcome = f"RAISED {type(error).__name__}"
+    with open(sys.argv[1], "w") as f:
+        f.write(outcome)
+    """
+)
+
+
+def run_guarded(tmp_path, **streams) -> tuple[subprocess.Popen[bytes], object]:
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED)
+    result = tmp_path / "outcome"
+    client = subprocess.Popen([sys.executable, str(script), str(result)], **streams)
+    return client, result
+
+
+def test_a_broken_output_pipe_reaches_the_caller_and_ends_the_shell(tmp_path):
+    client, result = run_guarded(
+        tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert client.stdin is not None and client.stdout is not None
+    try:
+        client.stdin.write(b"echo READY-$((40+2))\n")
+        client.stdin.flush()
+        assert client.stdout.readline() == b"READY-42\n"
+        client.stdout.close()  # whatever read the output went away
+        client.stdin.write(b"echo into-a-broken-pipe\n")  # input stays open
+        client.stdin.flush()
+        assert client.wait(60) == 0
+    finally:
+        client.kill()
+        client.wait()
+    assert result.read_text() == "RAISED BrokenPipeError"
+
+
+def test_the_end_of_a_terminals_input_hangs_up_the_foreground_job(tmp_path):
+    master, slave = os.openpty()
+    client, result = run_guarded(
+        tmp_path, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+    )
+    os.close(slave)
+    try:
+        deadline = time.monotonic() + 90
+        seen = bytearray()
+        os.write(master, b"echo READY-$((40+2)); sleep 600\n")  # the foreground job
+        read_until(master, b"READY-42", seen, deadline)
+        os.close(master)  # the terminal is gone: its input ends
+        master = -1
+        assert client.wait(60) == 0
+    finally:
+        if master >= 0:
+            os.close(master)
+        client.kill()
+        client.wait()
+    assert result.read_text() == f"STATUS {128 + signal.SIGHUP}"

@@ -48,7 +48,7 @@ from ._core.process import (
 from ._core.router import Runtime
 from ._core.wire import Kind, ready_header
 from ._procs.binding import apply_binding
-from ._procs.logs import capture_output, show_lines
+from ._procs.logs import capture_output, flush_lines, show_lines
 from ._procs.table import ProcTables
 from ._procs.worker import HostService
 from ._supervision.faults import before_fail_fast_exit
@@ -124,9 +124,12 @@ def _shutdown_at_exit() -> None:
     runtime = maybe_runtime()
     if runtime is None or runtime.role != "controller":
         return
-    stop_everything()
-    stop_local_actors(runtime)
-    _stop_controller_loop(runtime, CONTROLLER_STOP_TIMEOUT)
+    try:
+        stop_everything()
+        stop_local_actors(runtime)
+        _stop_controller_loop(runtime, CONTROLLER_STOP_TIMEOUT)
+    finally:
+        flush_lines()  # the last aggregation window's lines, whose timer would not fire
 
 
 def _stop_controller_loop(runtime: Runtime, timeout: float) -> None:
@@ -269,11 +272,22 @@ def start_worker_loop_forever(
 
 
 def _own_ip() -> str:
-    """This host's address for others, when a worker listens on every interface."""
+    """This host's address for others, when a worker listens on every
+    interface: its name's address, unless that is a loopback one (as
+    ``/etc/hosts`` often says), then the address of the interface that
+    routes off this host (a UDP "connect" sends nothing), else loopback."""
     try:
-        return socket.gethostbyname(socket.gethostname())
+        named = socket.gethostbyname(socket.gethostname())
     except OSError:
-        return "127.0.0.1"
+        named = ""
+    if named and not named.startswith("127."):
+        return named
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))
+        routed = str(probe.getsockname()[0])
+        if routed and routed != "0.0.0.0":
+            return routed
+    return named or "127.0.0.1"
 
 
 # -- a proc -------------------------------------------------------------------------------

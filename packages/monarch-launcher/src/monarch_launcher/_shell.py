@@ -37,6 +37,7 @@ __all__ = ["ShellActor", "shell"]
 
 CHUNK = 16 * 1024
 OUTPUT_GRACE = 10.0  # seconds the last output may trail the exit status
+HANG_UP_GRACE = 2.0  # seconds a hung-up shell gets to go before it is killed
 
 
 def _login_shell() -> str:
@@ -70,6 +71,7 @@ class ShellActor(Actor):
         self.pid: int | None = None
         self.fd: int | None = None  # the terminal's master side, or the shell's stdin pipe
         self.interactive = False
+        self.reaped = threading.Event()
 
     @endpoint(explicit_response_port=True)
     def start(
@@ -141,6 +143,7 @@ class ShellActor(Actor):
         for reader in readers:  # all output is out before the status
             reader.join()
         _, wait_status = os.waitpid(self.pid, 0)
+        self.reaped.set()
         if self.fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
@@ -172,10 +175,28 @@ class ShellActor(Actor):
 
     @endpoint
     def hang_up(self) -> None:
-        """The client went away: end the shell and what it started."""
-        if self.pid is not None:
+        """The client went away, or its input ended at a terminal: end the
+        shell and what it started, the job in the foreground included (an
+        interactive shell's foreground job has a process group of its own)."""
+        if self.pid is None:
+            return
+        groups = {self.pid}
+        if self.interactive and self.fd is not None:
+            with contextlib.suppress(OSError):
+                groups.add(os.tcgetpgrp(self.fd))
+        self._signal(groups, signal.SIGHUP)
+        # a shell started with SIGHUP ignored (inherited from a controller run under
+        # nohup) would not notice: it is killed if it is still there after a grace
+        timer = threading.Timer(HANG_UP_GRACE, self._signal, (groups, signal.SIGKILL, True))
+        timer.daemon = True
+        timer.start()
+
+    def _signal(self, groups: set[int], sig: int, unless_reaped: bool = False) -> None:
+        if unless_reaped and self.reaped.is_set():
+            return
+        for group in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGHUP)
+                os.killpg(group, sig)
 
 
 def _pump(stream: int, fd: int, output: Port[tuple[int, bytes] | None], close: bool) -> None:
@@ -197,6 +218,12 @@ def _pump(stream: int, fd: int, output: Port[tuple[int, bytes] | None], close: b
             os.close(fd)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _window(fd: int) -> tuple[int, int]:
     try:
         size = os.get_terminal_size(fd)
@@ -214,7 +241,8 @@ def _raw(fd: int) -> Iterator[None]:
         tty.setraw(fd, termios.TCSANOW)  # keeps what was typed ahead
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        with contextlib.suppress(termios.error):  # a terminal that hung up has no settings
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 def shell(
@@ -229,7 +257,8 @@ def shell(
     ``MONARCH_RANK_*``/``MONARCH_SIZE_*``, ``TERM`` and ``env`` in its
     environment. When this process's standard input is a terminal, the shell
     gets a pseudo-terminal of its size (following changes) and this terminal
-    is in raw mode for the session; otherwise the shell reads what this
+    is in raw mode for the session (if that terminal's input ends, the shell
+    and its foreground job are hung up); otherwise the shell reads what this
     process reads (a pipe, a file) until its end, and its output and errors
     come back separately, as with ``ssh host < script``.
 
@@ -244,15 +273,18 @@ def shell(
 
     Raises:
         TypeError: ``host_mesh`` is not a ``HostMesh``.
-        ValueError: ``host_mesh`` has more than one host.
+        ValueError: ``host_mesh`` is not a singleton (it has more than one host).
         SupervisionError: the remote process died during the session.
+        OSError: the shell's output could not be copied here (``BrokenPipeError``:
+            whatever read this process's output went away); the remote shell
+            is hung up first.
     """
     if not isinstance(host_mesh, HostMesh):
         raise TypeError(f"shell() takes a HostMesh of one host, got {type(host_mesh).__name__}")
     if host_mesh.size() != 1:
         raise ValueError(
-            f"shell() needs a mesh of exactly one host, got {host_mesh.size()}: slice the mesh "
-            "to one host first, e.g. shell(hosts.slice(hosts=0))"
+            f"shell() needs a singleton HostMesh (exactly one host), got {host_mesh.size()} "
+            "hosts: slice the mesh to one host first, e.g. shell(hosts.slice(hosts=0))"
         )
     stdin_fd, stdout_fd, stderr_fd = sys.stdin.fileno(), sys.stdout.fileno(), sys.stderr.fileno()
     interactive = os.isatty(stdin_fd)
@@ -264,12 +296,21 @@ def shell(
         window = _window(stdin_fd) if interactive else None
         done = actor.start.call_one(output, env, workdir, os.getcwd(), term, window)
         finished = threading.Event()
+        failed: list[BaseException] = []  # what stopped the output's copy here
 
         def show() -> None:
-            while (item := received.recv().get()) is not None:
-                stream, data = item
-                os.write(stdout_fd if stream == 1 else stderr_fd, data)
-            finished.set()
+            try:
+                while (item := received.recv().get()) is not None:
+                    stream, data = item
+                    _write_all(stdout_fd if stream == 1 else stderr_fd, data)
+            except BaseException as error:  # a broken pipe, a closed terminal
+                if not finished.is_set():
+                    failed.append(error)
+                    # no one can see the shell any more: end it, so the wait below ends
+                    with contextlib.suppress(Exception):
+                        actor.hang_up.broadcast()
+            finally:
+                finished.set()
 
         threading.Thread(target=show, name="monarch-shell-show", daemon=True).start()
         feeder = _Feeder(actor, stdin_fd, interactive)
@@ -281,6 +322,9 @@ def shell(
                     actor.hang_up.broadcast()
                 raise
         finished.wait(OUTPUT_GRACE)
+        if failed:  # the caller hears why it saw none of the shell's last output
+            raise failed[0]
+        finished.set()
         return status
     finally:
         received.close()
@@ -321,10 +365,23 @@ class _Feeder:
                 ready, _, _ = select.select([self.fd, self.stop_r], [], [])
                 if self.stop_r in ready:
                     return
-                data = os.read(self.fd, CHUNK)
+                try:
+                    data = os.read(self.fd, CHUNK)
+                except OSError:  # EIO: the terminal hung up; its input ended too
+                    data = b""
                 if not data:
-                    self.actor.end_input.broadcast()
+                    self._ended()
                     return
                 self.actor.write.broadcast(data)
         finally:
             os.close(self.stop_r)
+
+    def _ended(self) -> None:
+        """This process's input ended. On pipes the shell's input ends too (it
+        runs what it has, then exits); at a terminal, nothing more can be typed
+        to the shell or what runs in its foreground, so they are hung up, as a
+        terminal that closes hangs up its session."""
+        if self.interactive:
+            self.actor.hang_up.broadcast()
+        else:
+            self.actor.end_input.broadcast()

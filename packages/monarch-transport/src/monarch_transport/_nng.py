@@ -40,6 +40,7 @@ from ._event_queue import EventQueue, QueuedListener
 from ._integrity import Opener, Sealer, required
 from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._nng_gate import GreetingGate
+from ._ratelog import PeerLog
 from ._registry import register_backend
 from ._settings import Settings
 from ._wire import HANDSHAKE_MAX, Kind, join, prefix, split
@@ -104,6 +105,7 @@ class NngListener(QueuedListener):
     def __init__(self, address: Address, settings: Settings) -> None:
         self._settings = settings
         self._queue = EventQueue(settings.queue_depth)
+        self._peer_log = PeerLog(log)
         self._loop = asyncio.get_running_loop()
         self._ids = itertools.count(1)
         self._pipes: dict[int, _Pipe] = {}  # touched on the event loop only
@@ -237,6 +239,16 @@ class NngListener(QueuedListener):
         self._gone.add(pipe_id)
         if state is not None and state.peer is not None and not self._closed:
             self._queue.put(PeerLeft(state.peer, "connection closed"))
+        elif state is not None and not state.rejected and state.handshake.heard:
+            # it left in the middle of its handshake: the usual sign of a peer with
+            # another job's secret (a port probe never says HELLO)
+            host = _remote_host(state.pipe)
+            self._peer_log.warning(
+                host,
+                "an unauthenticated peer (from %s) left %s during its handshake: connection closed",
+                host or "this host",
+                self.address,
+            )
 
     # -- reading, on the loop, whenever nng says a message waits ----------------
 
@@ -349,8 +361,17 @@ class NngListener(QueuedListener):
 
     def _reject(self, state: _Pipe, why: str) -> None:
         state.rejected = True
-        who = state.peer or "an unauthenticated peer"
-        log.warning("closing the connection of %s on %s: %s", who, self.address, why)
+        if state.peer is not None:
+            log.warning("closing the connection of %s on %s: %s", state.peer, self.address, why)
+        else:  # one line per peer host now and then, not one per try
+            host = _remote_host(state.pipe)
+            self._peer_log.warning(
+                host,
+                "closing the connection of an unauthenticated peer (from %s) on %s: %s",
+                host or "this host",
+                self.address,
+                why,
+            )
         _close_pipe(state.pipe)
 
     # -- the consumer -------------------------------------------------------------
@@ -364,6 +385,15 @@ class NngListener(QueuedListener):
             self._loop.remove_reader(self._fd)
             await anyio.to_thread.run_sync(self._sock.close)
             self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
+
+
+def _remote_host(pipe: pynng.Pipe) -> str:
+    """The peer's host as nng knows it ('' when it does not say)."""
+    try:
+        where = pipe.remote_address
+        return str(getattr(where, "addr", "") or "")
+    except Exception:  # a pipe already gone, a transport without one
+        return ""
 
 
 def _in_worker(loop: asyncio.AbstractEventLoop, work: Callable[[], None]) -> bool:

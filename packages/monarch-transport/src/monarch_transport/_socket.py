@@ -35,6 +35,7 @@ from ._event_queue import EventQueue, QueuedListener
 from ._integrity import TAG, Opener, Sealer, required
 from ._interface import Buffer, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import wake
+from ._ratelog import PeerLog, peer_host
 from ._registry import register_backend
 from ._settings import Settings
 from ._wire import HANDSHAKE_MAX, HEAD, MAX_FRAMES, Kind, prefix, read_lengths
@@ -301,6 +302,7 @@ class SocketListener(QueuedListener):
         self._server: asyncio.Server | None = None
         self._closed = False
         self._seal = True  # settled by start(), from the address bound
+        self._peer_log = PeerLog(log)
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -381,13 +383,17 @@ class SocketListener(QueuedListener):
             if peer is None and not handshake.heard and hung_up:
                 # closed before one whole message: a port probe (a health check), not an attack
                 log.debug("a connection on %s closed before saying anything", self.address)
-            elif peer is None or reason.startswith(("protocol error", "authentication", "did not")):
-                log.warning(
-                    "closing a connection on %s (%s): %s",
+            elif peer is None:  # one line per peer host now and then, not one per try
+                host = peer_host(conn.transport)
+                self._peer_log.warning(
+                    host,
+                    "closing a connection on %s (unauthenticated, from %s): %s",
                     self.address,
-                    peer or "unauthenticated",
+                    host or "this host",
                     reason,
                 )
+            elif reason.startswith(("protocol error", "authentication", "did not")):
+                log.warning("closing a connection on %s (%s): %s", self.address, peer, reason)
             if peer is not None and not self._closed:
                 self._queue.put(PeerLeft(peer, reason))
 

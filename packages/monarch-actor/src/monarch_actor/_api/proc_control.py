@@ -26,7 +26,7 @@ from .._core.progress import progress, shows_progress
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
-from .._procs.logs import set_forwarding
+from .._procs.logs import drain_output, flush_lines, set_forwarding
 from .._procs.remote import RemoteAgent
 from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
@@ -252,6 +252,7 @@ def stop_procs(table: ProcTable, ranks: list[int], reason: str) -> Future[None]:
 
 def _settle(done: concurrent.futures.Future[None]) -> None:
     if not done.done():
+        flush_lines()  # what the stopped procs said last is shown before stop() returns
         done.set_result(None)
 
 
@@ -292,6 +293,7 @@ async def _stop_proc(runtime: Runtime, header: dict[str, Any]) -> None:
     stopped = runtime.get(LocalActors).stop_all(header.get(Key.WHY) or "stopped by client")
     with contextlib.suppress(Exception):
         await asyncio.wait_for(asyncio.wrap_future(stopped), STOP_TIMEOUT - 2)
+    await drain_output()  # its last lines reach the owner before the answer
     port = header.get(Key.REPLY_TO)
     if port is not None:
         runtime.send(port[0], port_header(port[1], header.get(Key.RANK, 0)), None)

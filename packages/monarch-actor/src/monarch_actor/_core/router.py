@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from monarch_mesh import Branch, Shape, host_children
 from monarch_transport import (
+    AuthenticationError,
     Listener,
     PeerLeft,
     Received,
@@ -151,7 +152,14 @@ class Outbox:
     async def _drain(self) -> None:
         try:
             if self.sender is None:
-                self.sender = await connect(self.address)
+                try:
+                    self.sender = await connect(self.address)
+                except AuthenticationError as error:
+                    # not a peer that is not up yet: one that will not have us (another
+                    # job's secret), so whoever waits for it is told so, not left retrying
+                    self.runtime.refused[self.address] = str(error)
+                    self.fail(f"the handshake with {self.address} failed: {error}")
+                    return
                 self.runtime.loop.create_task(self._watch(self.sender))
             while self.queue:
                 await self.sender.send(self.queue[0])
@@ -204,6 +212,8 @@ class Runtime:
         self.thread_id = threading.get_ident()
         self.closing = False
         self.outboxes: dict[str, Outbox] = {}
+        # peers whose handshake failed (address -> why): a wrong secret, not a slow start
+        self.refused: dict[str, str] = {}
         self.ports: dict[int, PortEntry] = {}
         self.port_ids = itertools.count(1)
         self.handlers: dict[str, Handler] = {Kind.PORT: self._to_port}

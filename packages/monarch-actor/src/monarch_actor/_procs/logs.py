@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
+import struct
 import sys
+import termios
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -22,6 +25,8 @@ from .._core.wire import Key, Kind
 __all__ = [
     "capture_output",
     "configure_streaming",
+    "drain_output",
+    "flush_lines",
     "release_output",
     "set_forwarding",
     "show_lines",
@@ -53,11 +58,40 @@ def capture_output(runtime: Runtime, owner: str, rank: int, name: str) -> None:
         )
         pump.start()
         _captured.append((fd, original, pump))
+        _reads.append(read)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
 
 
 _captured: list[tuple[int, int, threading.Thread]] = []
+_reads: list[int] = []  # the pipes' read ends, for drain_output
+_busy = [0]  # pumps between reading a chunk and handing it on (under _busy_lock)
+_busy_lock = threading.Lock()
+
+
+async def drain_output(timeout: float = 1.0) -> None:
+    """Wait (at most ``timeout``) until the pumps have handed on what this
+    process has written so far: a proc that streams its output to its owner
+    calls this before it answers a stop, so that its last lines reach the
+    owner before the owner hears it stopped."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if not _forward.is_set() or not _reads:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    idle = 0  # two looks in a row, a few ms apart: a chunk just read is not missed
+    while idle < 2 and loop.time() < deadline:
+        idle = 0 if _busy[0] or any(_unread(fd) for fd in _reads) else idle + 1
+        await asyncio.sleep(0.005)
+
+
+def _unread(fd: int) -> int:
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+    except OSError:
+        return 0
 
 
 def release_output(timeout: float = 1.0) -> None:
@@ -68,6 +102,7 @@ def release_output(timeout: float = 1.0) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     captured, _captured[:] = list(_captured), []
+    _reads.clear()
     for fd, original, _pump_thread in captured:
         os.dup2(original, fd)  # the pipe's last writer is gone: its pump reads to the end
     for _fd, _original, pump_thread in captured:
@@ -88,12 +123,18 @@ def _pump(
         if not _forward.is_set():
             os.write(original, data)
             continue
-        data = partial + data
-        *lines, partial = data.split(b"\n")
-        if lines:
-            text = [line.decode(errors="replace") for line in lines]
-            header = {Key.KIND: Kind.LOGS, Key.RANK: rank, Key.PROC: name, Key.FD: fd}
-            runtime.send(owner, header, text)
+        with _busy_lock:
+            _busy[0] += 1
+        try:
+            data = partial + data
+            *lines, partial = data.split(b"\n")
+            if lines:
+                text = [line.decode(errors="replace") for line in lines]
+                header = {Key.KIND: Kind.LOGS, Key.RANK: rank, Key.PROC: name, Key.FD: fd}
+                runtime.send(owner, header, text)
+        finally:
+            with _busy_lock:
+                _busy[0] -= 1
 
 
 # -- the owner's side ---------------------------------------------------------------------
@@ -123,7 +164,9 @@ class _Aggregator:
 
     def flush(self) -> None:
         with self.lock:
-            lines, self.lines, self.timer = self.lines, OrderedDict(), None
+            lines, self.lines, timer, self.timer = self.lines, OrderedDict(), self.timer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
         for (fd, line), ranks in lines.items():
             out = sys.stdout if fd == 1 else sys.stderr
             if len(ranks) > 1:
@@ -134,6 +177,13 @@ class _Aggregator:
 
 
 _aggregator = _Aggregator()
+
+
+def flush_lines() -> None:
+    """Show now the lines held for the current aggregation window (the
+    owner calls this once the procs stopped, and at exit): the window's
+    timer is a daemon thread, which an ending script would not wait for."""
+    _aggregator.flush()
 
 
 def show_lines(header: dict[str, Any], lines: Any) -> None:

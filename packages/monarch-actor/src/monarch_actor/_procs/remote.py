@@ -17,7 +17,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from monarch_transport import decode
+from monarch_transport import SECRET_ENV, AuthenticationError, decode
 
 from .._core.config import attach_timeout, host_deadline
 from .._core.router import Frames, Runtime
@@ -29,6 +29,7 @@ __all__ = ["ATTACH_TIMEOUT_ENV", "HOST_DEADLINE_ENV", "RemoteAgent", "RemoteAgen
 log = logging.getLogger("monarch.actor.hosts")
 HOST_DEADLINE_ENV = "MONARCH_HOST_DEADLINE"
 ATTACH_TIMEOUT_ENV = "MONARCH_ATTACH_TIMEOUT"
+SECRET_FILE_ENV = "MONARCH_JOB_SECRET_FILE"
 RETRY = 0.25  # seconds between tries to reach a worker that is not up yet
 KILL_CONFIRM = 2.0  # seconds a worker gets to confirm a kill before the process counts as gone
 
@@ -66,13 +67,25 @@ class RemoteAgent:
     def hello(self) -> None:
         self.runtime.reset_peer(self.address)
         # the worker starts its fork server now, importing what this script uses
-        self._send("hello", None, preload=preload())
+        # and answers under the address dialed here (one listening on every interface
+        # knows itself only as tcp://0.0.0.0:PORT)
+        self._send("hello", None, preload=preload(), worker=self.address)
 
     def unreachable(self, reason: str) -> None:
         """The connection failed: before the worker ever answered, try again
         until the attach deadline; after, the host is lost."""
         now = self.runtime.loop.time()
-        if self.ready.done() or self.lost is not None:
+        refused = self.runtime.refused.pop(self.address, None)
+        if refused is not None and self.lost is None:
+            # a worker that answers with another secret will not change its mind: say so now
+            self.host_lost(
+                f"authentication was refused between this script and the worker at "
+                f"{self.address}: {refused}. They hold different job secrets: check that "
+                f"{SECRET_ENV} (or the file {SECRET_FILE_ENV} names) is the same on that "
+                "worker and in this script",
+                AuthenticationError,
+            )
+        elif self.ready.done() or self.lost is not None:
             self.host_lost(f"the connection to its worker broke ({reason})")
         elif now > self.attach_by:
             self.host_lost(
@@ -153,8 +166,9 @@ class RemoteAgent:
                 why = decode(frames)[1]
                 self.on_exit(owner[0], owner[1], header[Key.CODE], str(why or ""))
 
-    def host_lost(self, reason: str) -> None:
-        """The host is gone: every process it ran is lost, with this reason."""
+    def host_lost(self, reason: str, error: type[ConnectionError] = ConnectionError) -> None:
+        """The host is gone: every process it ran is lost, with this reason
+        (``error`` is what a wait for the worker's first answer raises)."""
         if self.lost is not None:
             return
         self.lost = f"host {self.describe()} was lost: {reason}"
@@ -163,7 +177,7 @@ class RemoteAgent:
         else:
             log.error("%s", self.lost)
         if not self.ready.done():
-            self.ready.set_exception(ConnectionError(self.lost))
+            self.ready.set_exception(error(self.lost))
         if not self.down.done():
             self.down.set_result(None)  # a worker gone is as good as shut down
         owners = list(self.requests.values())

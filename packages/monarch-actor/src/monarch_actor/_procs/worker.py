@@ -39,8 +39,9 @@ def host_event(op: str, worker: str, **fields: Any) -> dict[str, Any]:
 class _Started:
     """The processes one controller asked this worker for."""
 
-    def __init__(self, controller: str) -> None:
+    def __init__(self, controller: str, known_as: str) -> None:
         self.controller = controller
+        self.known_as = known_as  # the address this controller dialed to reach this worker
         self.pids: dict[int, int] = {}  # request -> pid
 
 
@@ -64,7 +65,11 @@ class HostService:
         controller = header[Key.OWNER]
         if op == "hello":
             first = controller not in self.started
-            self.started.setdefault(controller, _Started(controller))
+            # answers name this worker as the controller knows it: a worker listening on
+            # every interface (tcp://0.0.0.0:PORT) is reached by 127.0.0.1, a name, an
+            # interface's address, and must answer under whichever was dialed
+            known_as = str(header.get("worker") or self.runtime.address)
+            self.started.setdefault(controller, _Started(controller, known_as)).known_as = known_as
             if self.agent is None:  # warm: the first spawn need not wait for it
                 os.environ.setdefault(PRELOAD_ENV, str(header.get("preload") or "none"))
                 self._agent()
@@ -73,7 +78,9 @@ class HostService:
                 log.info("serving controller %s", controller)
                 self._beat(controller)
         elif op == "spawn":
-            started = self.started.setdefault(controller, _Started(controller))
+            started = self.started.setdefault(
+                controller, _Started(controller, self.runtime.address)
+            )
             blob: bytes = decode(frames)[1]  # type: ignore[assignment]
             self._agent().spawn_blob(started, header[Key.REQUEST], blob)
         elif op == "kill":
@@ -82,8 +89,9 @@ class HostService:
                 self._agent().kill(header[Key.PID], header.get("sig", signal.SIGKILL))
         elif op == "shutdown":
             log.info("controller %s shuts this host down", controller)
+            known_as = self._known_as(controller)
             self._end(controller, "the controller shut the host down")
-            self._tell(controller, "down", None)
+            self.runtime.send(controller, host_event("down", known_as), None)
             self.runtime.loop.create_task(self._stop())
         else:
             log.warning("dropped a host request of unknown kind %r from %s", op, controller)
@@ -122,13 +130,17 @@ class HostService:
             Key.CODE: fields.get("code"),
         }
         header = host_event(
-            op, self.runtime.address, **{k: v for k, v in extra.items() if v is not None}
+            op, self._known_as(controller), **{k: v for k, v in extra.items() if v is not None}
         )
         self.runtime.send(controller, header, payload)
 
+    def _known_as(self, controller: str) -> str:
+        started = self.started.get(controller)
+        return started.known_as if started is not None else self.runtime.address
+
     def _beat(self, controller: str) -> None:
         if controller in self.started and not self.runtime.closing:
-            self.runtime.send(controller, host_event("alive", self.runtime.address), None)
+            self.runtime.send(controller, host_event("alive", self._known_as(controller)), None)
             self.runtime.loop.call_later(BEAT, self._beat, controller)
 
     # -- controllers that leave ------------------------------------------------------------

@@ -291,6 +291,7 @@ class AdminServer:
         host: the address it listens on.
         port: its port.
         token: the bearer token every client needs (``admin_token()``).
+        announced: whether ``enable_admin`` has printed where it listens.
     """
 
     def __init__(self, host: str, port: int, *, interval: float | None = None) -> None:

@@ -118,9 +118,16 @@ class AdminClient:
             ``""``: send none.
         timeout: how long one request may take, in seconds (diagnostics and
             stacks get longer: the server waits on every process).
+        tls_ca: for an ``https://`` address (a TLS proxy in front of the
+            server), the PEM file of the authority its certificate is checked
+            against.
+        tls_cert: with ``tls_key``, this client's certificate, for a proxy
+            that asks for one.
+        tls_key: the key of ``tls_cert``.
 
     Attributes:
         url: the server's base URL, such as ``http://127.0.0.1:1729``.
+        ssl_context: the TLS settings of an ``https://`` address, else ``None``.
         token: the token sent as ``Authorization: Bearer``, or ``None``.
         token_from: where the token came from, or where it was looked for in
             vain, for the error a refusal raises.

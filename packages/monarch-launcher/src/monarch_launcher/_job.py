@@ -72,6 +72,13 @@ class JobState:
         telemetry_url: accepted for compatibility with Monarch.
         dashboard_url: the dashboard's URL, or ``None``.
         admin_url: the mesh admin server's URL, or ``None``.
+
+    Attributes:
+        query_engine: Monarch's telemetry query engine: always ``None`` here.
+        query_engine_client: its client: always ``None`` here.
+        telemetry_url: Monarch's telemetry store: always ``None`` here.
+        dashboard_url: the dashboard's URL (with ``#token=...``), or ``None``.
+        admin_url: the mesh admin server's URL (with ``#token=...``), or ``None``.
     """
 
     def __init__(

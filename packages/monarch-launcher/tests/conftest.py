@@ -31,8 +31,10 @@ def no_unexpected_faults():
 
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
-    """Run the test in a fresh folder (jobs cache themselves in .monarch/)."""
+    """Run the test in a fresh folder, with a state folder of its own (where
+    the job cache for that folder goes)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MONARCH_STATE_DIR", str(tmp_path / "state"))
     return tmp_path
 
 

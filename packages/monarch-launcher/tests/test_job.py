@@ -9,10 +9,12 @@ import pytest
 
 from monarch_launcher import (
     DEFAULT_JOB_PATH,
+    JOB_CACHE_ENV,
     JobState,
     JobTrait,
     LocalJob,
     Unsupported,
+    job_file,
     job_load,
     job_loads,
 )
@@ -55,7 +57,10 @@ def test_state_applies_caches_and_a_later_spec_reuses_the_cached_job(in_tmp):
     assert not first.active and first.apply_id is None
     assert first.state().workers == "mesh of 1"
     assert first.active and first.apply_id is not None
-    assert os.path.exists(DEFAULT_JOB_PATH)
+    cache = job_file(DEFAULT_JOB_PATH)
+    assert cache.startswith(str(in_tmp / "state" / "jobs" / "cache"))
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o600
+    assert not os.path.exists(DEFAULT_JOB_PATH)  # nothing in the working folder
     second = Ledger(ledger)  # a later run of the same script
     assert second.state().workers == "mesh of 1"
     assert second.apply_id == first.apply_id  # the cached job's allocation
@@ -83,9 +88,10 @@ def test_cached_path_none_neither_reads_nor_writes_a_cache(in_tmp):
 
 
 def test_an_unreadable_cache_is_ignored(in_tmp):
-    os.makedirs(".monarch")
-    with open(DEFAULT_JOB_PATH, "wb") as f:
+    cache = job_file(DEFAULT_JOB_PATH)
+    with open(cache, "wb") as f:
         f.write(b"not a pickle")
+    os.chmod(cache, 0o600)
     ledger = in_tmp / "ledger"
     Ledger(ledger).state()
     assert events(ledger) == ["create 1", "state 1"]
@@ -147,14 +153,31 @@ def plant(path, marker, *, mode=0o600, owner=None):
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 def test_a_job_cache_another_user_planted_is_never_unpickled(in_tmp, caplog):
     marker = in_tmp / "ran"
+    # in a shared working folder, where Monarch keeps its cache: not even looked at
     plant(DEFAULT_JOB_PATH, marker, owner=65534)
+    ledger = in_tmp / "ledger"
+    Ledger(ledger).state()
+    assert events(ledger) == ["create 1", "state 1"]
+    assert not marker.exists()
+    # and a file of another user's where this user's cache lives: refused, with a warning
+    cache = job_file(DEFAULT_JOB_PATH)
+    plant(cache, marker, owner=65534)
     with pytest.raises(PermissionError, match="belongs to uid 65534"):
         job_load()
-    ledger = in_tmp / "ledger"
-    Ledger(ledger).state()  # ignored with a warning; a fresh job is applied
-    assert events(ledger) == ["create 1", "state 1"]
+    Ledger(ledger).state()  # ignored; a fresh job is applied
+    assert events(ledger)[-2:] == ["create 1", "state 1"]
     assert "belongs to uid 65534" in caplog.text
     assert not marker.exists()
+
+
+def test_the_cache_is_one_per_folder_and_can_be_named(in_tmp, monkeypatch):
+    here = job_file(DEFAULT_JOB_PATH)
+    (in_tmp / "elsewhere").mkdir()
+    monkeypatch.chdir(in_tmp / "elsewhere")
+    assert job_file(DEFAULT_JOB_PATH) != here
+    assert job_file("x.pkl") == "x.pkl"
+    monkeypatch.setenv(JOB_CACHE_ENV, str(in_tmp / "named.pkl"))
+    assert job_file(DEFAULT_JOB_PATH) == str(in_tmp / "named.pkl")
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o666, 0o620])

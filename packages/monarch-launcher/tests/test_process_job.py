@@ -13,11 +13,13 @@ import pytest
 from launcher_actors import Probe, parent_of
 
 from monarch_launcher import (
+    DEFAULT_JOB_PATH,
     JobError,
     ProcessJob,
     WorkerAddressError,
     exec_command,
     hosts_from_config,
+    job_file,
     job_load,
     job_loads,
 )
@@ -195,7 +197,7 @@ def test_the_monarch_command_applies_reports_and_kills_a_job(in_tmp):
     done = monarch("kill")
     assert done.returncode == 0 and "killed" in done.stdout
     assert all(w.wait_exit(30) for w in workers)
-    assert not os.path.exists(".monarch/job_state.pkl")
+    assert not os.path.exists(job_file(DEFAULT_JOB_PATH))
     assert monarch("job", "status").returncode == 1
 
 

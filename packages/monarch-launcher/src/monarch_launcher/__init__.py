@@ -18,7 +18,17 @@ from ._config import hosts_from_config, parse_worker_list
 from ._current import load_current_job, set_current_job
 from ._errors import JobError, LauncherError, Unsupported, WorkerAddressError
 from ._exec import exec_command
-from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait, LocalJob, job_load, job_loads
+from ._job import (
+    BATCH_ENV,
+    DEFAULT_JOB_PATH,
+    JOB_CACHE_ENV,
+    JobState,
+    JobTrait,
+    LocalJob,
+    job_file,
+    job_load,
+    job_loads,
+)
 from ._kubernetes import ImageSpec, KubeConfig, KubernetesJob
 from ._observe import MeshAdminConfig, TelemetryConfig
 from ._port_forward import PortForwarder
@@ -30,6 +40,7 @@ from ._worker import check_worker_address, worker_command
 __all__ = [
     "BATCH_ENV",
     "DEFAULT_JOB_PATH",
+    "JOB_CACHE_ENV",
     "ImageSpec",
     "JobError",
     "JobState",
@@ -48,6 +59,7 @@ __all__ = [
     "check_worker_address",
     "exec_command",
     "hosts_from_config",
+    "job_file",
     "job_load",
     "job_loads",
     "load_current_job",

@@ -8,6 +8,7 @@ same workers."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import pickle
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from monarch_actor import HostMesh, this_host
-from monarch_actor.extension import check_private, read_private
+from monarch_actor.extension import check_private, private_dir, read_private
 
 from ._errors import Unsupported
 from ._observe import MeshAdminConfig, TelemetryConfig, start_observers
@@ -30,9 +31,11 @@ from ._procutil import LocalProcess, end_sessions
 __all__ = [
     "BATCH_ENV",
     "DEFAULT_JOB_PATH",
+    "JOB_CACHE_ENV",
     "JobState",
     "JobTrait",
     "LocalJob",
+    "job_file",
     "job_load",
     "job_loads",
 ]
@@ -40,9 +43,41 @@ __all__ = [
 log = logging.getLogger("monarch.launcher.job")
 
 DEFAULT_JOB_PATH: str = ".monarch/job_state.pkl"
-"""Where ``JobTrait.state()`` caches the job it applied, relative to the
-current directory: a later run of the same script finds the job there and
-attaches to its workers instead of starting new ones."""
+"""The name of the cache where ``JobTrait.state()`` keeps the job it applied,
+one per working folder: a later run of the same script from the same folder
+finds the job there and attaches to its workers instead of starting new ones.
+As in Monarch the name reads as a path under the current folder; the file
+itself lives in this user's own state folder (``job_file`` says where), so
+that nothing another user leaves in a shared working folder is ever read."""
+
+JOB_CACHE_ENV = "MONARCH_JOB_CACHE"
+"""Names the file ``DEFAULT_JOB_PATH`` stands for, instead of this user's
+cache for the current folder (a Slurm batch job's client gets the file its
+submitter wrote)."""
+
+
+def job_file(path: str) -> str:
+    """The file a job file name stands for: ``DEFAULT_JOB_PATH`` is this
+    user's cache for the current folder (``$MONARCH_JOB_CACHE``, else
+    ``<state folder>/jobs/cache/<hash of the folder>.pkl``, the folder
+    mode 0700); any other name is itself.
+
+    Args:
+        path: a job file's name, as given to ``state``, ``dump`` or ``job_load``.
+
+    Returns:
+        The path of the file.
+
+    Raises:
+        PermissionError: this user's state folder is not this user's alone.
+    """
+    if path != DEFAULT_JOB_PATH:
+        return path
+    named = os.environ.get(JOB_CACHE_ENV)
+    if named:
+        return named
+    here = hashlib.sha256(os.path.realpath(os.getcwd()).encode()).hexdigest()[:24]
+    return str(private_dir("jobs", "cache") / f"{here}.pkl")
 
 _SHUTDOWN_TIMEOUT = 30.0  # seconds for attached hosts to shut down in kill()
 
@@ -246,6 +281,8 @@ class JobTrait(ABC):
         Raises:
             JobError: the job could not be started or its workers reached.
         """
+        if cached_path is not None:
+            cached_path = job_file(cached_path)
         running = self._running
         if running is None:
             cached = self._load_cached(cached_path)
@@ -338,9 +375,10 @@ class JobTrait(ABC):
 
         Args:
             path: the file to write; a symlink there is followed and missing
-                folders are created.
+                folders are created (mode 0700). ``DEFAULT_JOB_PATH`` is this
+                user's cache for the current folder (``job_file``).
         """
-        target = os.path.realpath(path)
+        target = os.path.realpath(job_file(path))
         os.makedirs(os.path.dirname(target) or ".", mode=0o700, exist_ok=True)
         data = self.dumps()
         fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=".job-")
@@ -452,7 +490,8 @@ def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
     working folder is refused, never unpickled).
 
     Args:
-        filename: the file to read; by default the cache ``state()`` writes.
+        filename: the file to read; by default the cache ``state()`` writes
+            for the current folder (``job_file``).
 
     Returns:
         The job, running if it was when saved.
@@ -464,6 +503,7 @@ def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
             how to fix it).
         TypeError: the file holds something other than a job.
     """
+    filename = job_file(filename)
     folder = os.path.dirname(os.path.realpath(filename))
     check_private(folder, "the folder of the job file", secret=False)
     data = read_private(filename, "the job file")

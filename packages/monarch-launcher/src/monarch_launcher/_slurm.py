@@ -23,7 +23,7 @@ from monarch_actor import HostMesh, attach_to_workers
 from monarch_actor.extension import Progress, progress
 
 from ._errors import JobError, Unsupported
-from ._job import BATCH_ENV, DEFAULT_JOB_PATH, JobState, JobTrait
+from ._job import BATCH_ENV, JOB_CACHE_ENV, JobState, JobTrait
 from ._process import check_meshes
 from ._secret import SECRET_ENV, SECRET_FILE_ENV, adopt_secret, current_secret, secret_for_workers
 
@@ -420,15 +420,20 @@ class SlurmJob(JobTrait):
     def _create(self, client_script: str | None) -> None:
         self._secret = secret_for_workers()
         unique = f"{self._job_name}_{os.getpid()}"
+        os.makedirs(self._log_dir, exist_ok=True)
+        env = {**os.environ, SECRET_ENV: self._secret}
         if client_script is not None:
             batch = copy.copy(self)
             batch._batch = True
             batch._status = "running"
             batch._apply_id = str(uuid.uuid4())
-            batch.dump(DEFAULT_JOB_PATH)  # the client, in the allocation, finds its job here
-        os.makedirs(self._log_dir, exist_ok=True)
+            # the client, in the allocation, finds its job here: beside the job's
+            # logs, which Slurm's nodes reach (the submitter's state folder may be
+            # local to this machine); job_load checks it is this user's alone
+            cache = os.path.join(os.path.abspath(self._log_dir), f".{unique}.job.pkl")
+            batch.dump(cache)
+            env[JOB_CACHE_ENV] = cache
         script = self.batch_script(client_script, unique_name=unique)
-        env = {**os.environ, SECRET_ENV: self._secret}
         env.pop(SECRET_FILE_ENV, None)
         log.info("submitting a Slurm job for %d nodes (%s)", self.num_nodes, self._meshes)
         done = _run(["sbatch", "--parsable"], what="SlurmJob.apply()", stdin=script, env=env)

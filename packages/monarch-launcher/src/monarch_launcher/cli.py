@@ -16,7 +16,7 @@ from monarch_actor import DebugClient, DebugConnectionError
 
 from ._current import import_job, set_current_job
 from ._errors import LauncherError, WorkerAddressError
-from ._job import DEFAULT_JOB_PATH, JobTrait, job_load
+from ._job import DEFAULT_JOB_PATH, JobTrait, job_file, job_load
 from ._kubernetes import KubernetesJob
 from ._process import ProcessJob
 from ._slurm import SlurmJob, slurm_worker_address
@@ -41,7 +41,8 @@ examples:
       serve this machine to controllers at port 26600
   monarch job apply myjobs.trainers
       start the job object `trainers` of myjobs.py and save it to
-      .monarch/job_state.pkl, where job.state() in your script finds it
+      .monarch/job_state.pkl (this user's cache for the folder), where
+      job.state() in your script finds it
   monarch job status
   monarch job kill
   monarch debug
@@ -76,14 +77,15 @@ def _load(path: str) -> JobTrait:
     try:
         return job_load(path)
     except FileNotFoundError:
+        where = job_file(path)
         raise LauncherError(
-            f"no job file at {path}: apply a job first (`monarch job apply module.attr`) or "
-            "name the file with --file"
+            f"no job file at {path}{'' if where == path else f' ({where})'}: apply a job first "
+            "(`monarch job apply module.attr`) or name the file with --file"
         ) from None
 
 
 def _spec(text: str) -> JobTrait:
-    if Path(text).is_file():
+    if Path(job_file(text)).is_file():
         return job_load(text)
     return import_job(text)
 
@@ -97,7 +99,7 @@ def _apply(args: argparse.Namespace) -> int:
             return 0
     else:
         job = _spec(args.spec)
-        if os.path.exists(path):
+        if os.path.exists(job_file(path)):
             cached = _load(path)
             running = cached._running
             if running is not None and running.can_run(job):
@@ -177,7 +179,7 @@ def _kill(args: argparse.Namespace) -> int:
     if args.keep_file:
         job.dump(args.file)
     else:
-        Path(os.path.realpath(args.file)).unlink(missing_ok=True)
+        Path(os.path.realpath(job_file(args.file))).unlink(missing_ok=True)
     sys.stdout.write(
         f"killed {job!r}" + ("" if args.keep_file else f"; removed {args.file}") + "\n"
     )

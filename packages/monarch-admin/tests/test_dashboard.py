@@ -306,7 +306,9 @@ def test_a_handler_that_raised_is_listed_with_its_exception(
 ) -> None:
     browser.get(dashboard.dashboard_url)
     until(browser, lambda d: len(rows_of(d, TRAINERS)) == 2, "the two trainers")
-    assert "No failures" in text_of(browser, "#failures")
+    # one pytest session shares one controller with other packages' tests: their
+    # failures may be listed too (and the error card counts theirs), so this looks
+    # at its own trainer's entries only
     with pytest.raises(Exception, match="trainer exploded on purpose"):
         job.trainers.slice(gpus=1).explode.call_one().get(timeout=30)  # the actor lives on
     listed = until(
@@ -317,7 +319,7 @@ def test_a_handler_that_raised_is_listed_with_its_exception(
     assert f"{TRAINERS}[1] (Trainer)" in listed and "explode raised" in listed, listed
     assert "RuntimeError: trainer exploded on purpose" in listed, listed
     assert "No failures" not in listed
-    assert text_of(browser, "#card-errors .value") == "1"
+    assert int(text_of(browser, "#card-errors .value").replace(",", "") or 0) >= 1
     assert rows_of(browser, TRAINERS)[f"{TRAINERS}[1]"][2] == "idle"
     # the actor's own page shows it too
     click(browser, f"#actors tr[data-id^='actor:{TRAINERS}-'][data-id$='/1']")

@@ -91,8 +91,12 @@ def test_with_the_dashboard_the_admin_listens_where_enable_admin_asked(
         timeout=120,
         env={**os.environ, "MONARCH_ADMIN_TOKEN": "", "MONARCH_JOB_SECRET": ""},
     )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["server"] == f"http://127.0.0.1:{port}"
+    # it found the server and was let in (its exit status says whether every process
+    # of the controller is healthy: this pytest session's controller also holds the
+    # processes other tests killed on purpose)
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads(done.stdout)["server"] == f"http://127.0.0.1:{port}", done.stderr
+    assert "token" not in done.stderr and "cannot reach" not in done.stderr, done.stderr
 
 
 def test_the_dashboard_alone_listens_on_its_port_and_says_so_twice(capsys) -> None:

@@ -203,10 +203,12 @@ def diagnostics(*, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
 
     Checks are in two phases: ``admin_infra`` (the controller, host workers
     and system actors: what the admin itself needs) and ``mesh`` (the procs
-    the script spawned and their actors). Each passes, is ``slow`` (answered
-    in ``SLOW_MS``, 500 ms, or more) or fails (no answer, or its process is
-    down). A failed actor still answers: its check passes and says
-    ``status: failed`` with the reason; ``summary.failed_actors`` counts them.
+    the script spawned and their actors). A process stopped on request is
+    not probed; one that exited without being asked fails its check. Each
+    check passes, is ``slow`` (answered in ``SLOW_MS``, 500 ms, or more) or
+    fails (no answer, or its process is down). A failed actor still answers:
+    its check passes and says ``status: failed`` with the reason;
+    ``summary.failed_actors`` counts them.
 
     Args:
         timeout: how long a process may take to answer, in seconds.
@@ -227,6 +229,8 @@ def diagnostics(*, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
     processes: list[dict[str, Any]] = []
     for host in found["hosts"]:
         for process in host["procs"]:
+            if process.get("status") == "stopped":
+                continue  # stopped on request: nothing to probe, nothing wrong
             node: dict[str, Any] = {
                 "address": process["address"],
                 "host": host["host"],

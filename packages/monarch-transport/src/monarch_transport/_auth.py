@@ -25,7 +25,7 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 
-from ._errors import AuthenticationError
+from ._errors import AuthenticationError, HandshakeRefused
 from ._integrity import derive_key
 from ._wire import Kind
 
@@ -144,14 +144,12 @@ class ClientHandshake:
     def answer(self, kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
         payload = bytes(payload)
         if kind == Kind.DENIED:
-            raise AuthenticationError(
-                f"the listener refused us: {payload.decode(errors='replace')}"
-            )
+            raise HandshakeRefused(f"the listener refused us: {payload.decode(errors='replace')}")
         if kind != Kind.CHALLENGE or len(payload) != NONCE + PROOF:
             raise AuthenticationError("the listener did not answer with a challenge")
         server_nonce, proof = payload[:NONCE], payload[NONCE:]
         if not hmac.compare_digest(proof, _mac(self.secret, b"server", self.nonce, server_nonce)):
-            raise AuthenticationError(
+            raise HandshakeRefused(
                 "the listener does not know this job's secret (is it another job's address?)"
             )
         self._server_nonce = server_nonce
@@ -169,7 +167,7 @@ class ClientHandshake:
             self.seal_requested = flags == SEAL
             return
         if kind == Kind.DENIED:
-            raise AuthenticationError(
+            raise HandshakeRefused(
                 f"the listener refused us: {bytes(payload).decode(errors='replace')} "
                 f"(do both sides have the same {SECRET_ENV}?)"
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "AddressError",
     "AuthenticationError",
+    "HandshakeRefused",
     "ConnectError",
     "DecodeError",
     "EncodeError",
@@ -37,6 +38,12 @@ class MessageTooLarge(TransportError, ValueError):
 
 class AuthenticationError(TransportError, ConnectionError):
     """A peer that could not prove it knows the job's secret."""
+
+
+class HandshakeRefused(AuthenticationError):
+    """The listener refused the handshake, or proved a different secret: a
+    peer of another job, not a slow or broken one, so trying again will not
+    help (unlike a handshake that timed out or was cut short)."""
 
 
 class ConnectError(TransportError, ConnectionError):

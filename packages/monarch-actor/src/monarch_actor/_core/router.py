@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from monarch_mesh import Branch, Shape, host_children
 from monarch_transport import (
-    AuthenticationError,
+    HandshakeRefused,
     Listener,
     PeerLeft,
     Received,
@@ -154,9 +154,10 @@ class Outbox:
             if self.sender is None:
                 try:
                     self.sender = await connect(self.address)
-                except AuthenticationError as error:
-                    # not a peer that is not up yet: one that will not have us (another
-                    # job's secret), so whoever waits for it is told so, not left retrying
+                except HandshakeRefused as error:
+                    # not a peer that is not up yet, nor a handshake cut short by a busy
+                    # machine: one that will not have us (another job's secret), so
+                    # whoever waits for it is told so, not left retrying
                     self.runtime.refused[self.address] = str(error)
                     self.fail(f"the handshake with {self.address} failed: {error}")
                     return

@@ -4,9 +4,14 @@ shard, driven from this script without waiting. ``fetch_shard`` brings a
 shard back; ``reduce`` combines shards along named mesh dimensions
 (torch.distributed groups made per set of dimensions: gloo on CPU, NCCL on
 GPU); ``to_mesh`` moves them to another mesh; ``remote`` runs your own
-functions there; streams let communication overlap computation.
+functions there (``builtins`` has ready-made ones for logging and random
+state); ``OpaqueRef`` keeps any Python object on the processes; streams let
+communication overlap computation.
 
-Re-exported at the top of ``monarch`` as in Meta's Monarch.
+Re-exported at the top of ``monarch`` as in Meta's Monarch; the modules
+``builtins``, ``random``, ``timer`` and ``gradient`` are Monarch's
+``monarch.builtins``, ``monarch.random``, ``monarch.timer`` and
+``monarch.gradient``.
 """
 
 from ._active import no_mesh
@@ -14,15 +19,19 @@ from ._collectives import reduce, reduce_, slice_mesh, to_mesh
 from ._errors import RemoteTensorError
 from ._fetch import fetch_shard, inspect, show
 from ._grad import grad_function, grad_generator
-from ._mesh import DeviceMesh, coalescing
+from ._mesh import DeviceMesh, RemoteProcessGroup, coalescing
+from ._opaque import OpaqueRef
 from ._remote import Remote, call_on_shard_and_fetch, remote
 from ._tensor import Borrow, MeshSliceTensor, Stream, Tensor, get_active_mesh, get_active_stream
+from ._world import world_mesh
 
 __all__ = [
     "Borrow",
     "DeviceMesh",
     "MeshSliceTensor",
+    "OpaqueRef",
     "Remote",
+    "RemoteProcessGroup",
     "RemoteTensorError",
     "Stream",
     "Tensor",
@@ -41,4 +50,5 @@ __all__ = [
     "show",
     "slice_mesh",
     "to_mesh",
+    "world_mesh",
 ]

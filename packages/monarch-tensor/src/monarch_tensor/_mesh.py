@@ -36,7 +36,14 @@ from ._tensor import (
 )
 from ._worker import REDUCTIONS, GroupRef, TensorPeer, TensorWorker
 
-__all__ = ["DeviceMesh", "activate", "activation", "coalescing", "device_mesh"]
+__all__ = [
+    "DeviceMesh",
+    "RemoteProcessGroup",
+    "activate",
+    "activation",
+    "coalescing",
+    "device_mesh",
+]
 
 BATCH_MAX = 512  # commands: a longer run of operations leaves at once
 BATCH_DELAY = 0.002  # seconds a short run waits for more before it leaves
@@ -64,7 +71,6 @@ class DeviceMesh(MeshOps):
         self._peers: Any = procs.spawn("monarch_tensor_peer", TensorPeer)
         self._lock = threading.RLock()
         self._batches: dict[str, list[tuple[Any, ...]]] = {}
-        self._drops: dict[str, list[int]] = {}
         self._timer: threading.Timer | None = None
         self._store: tuple[str, int] | None = None
         self._stores_sent: set[str] = set()
@@ -110,7 +116,7 @@ class DeviceMesh(MeshOps):
         """``rank(dim)`` for every dimension."""
         return {name: self.rank(name) for name in self.names}
 
-    def process_group(self, dims: str | Sequence[str]) -> GroupRef:
+    def process_group(self, dims: str | Sequence[str]) -> RemoteProcessGroup:
         """The torch.distributed process group over ``dims``, for remote functions.
 
         Passed to a ``remote`` function, it arrives as each process's group.
@@ -125,12 +131,7 @@ class DeviceMesh(MeshOps):
         Raises:
             KeyError: a name is not a dimension of this mesh.
         """
-        names = (dims,) if isinstance(dims, str) else tuple(dims)
-        for name in names:
-            if name not in self.names:
-                raise KeyError(f"{self!r} does not have dimension {name!r}")
-        self._ensure_store(get_active_stream().name)
-        return GroupRef(names)
+        return RemoteProcessGroup(dims, self)
 
     def to_table(self) -> str:
         """The processes as a table: each one's coordinates and rank."""
@@ -167,8 +168,14 @@ class DeviceMesh(MeshOps):
                 self._timer.start()
 
     def _drop(self, stream: str, ref: int) -> None:
+        """Free ``ref`` after the commands issued so far (it leaves with the next
+        batch; a tensor's finalizer calls this, so it never sends by itself)."""
         with self._lock:
-            self._drops.setdefault(stream, []).append(ref)
+            batch = self._batches.setdefault(stream, [])
+            if batch and batch[-1][0] == "drop":
+                batch[-1][1].append(ref)
+            else:
+                batch.append(("drop", [ref]))
 
     def flush(self) -> None:
         """Send the commands issued so far (fetching does this itself)."""
@@ -179,10 +186,6 @@ class DeviceMesh(MeshOps):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for stream, refs in self._drops.items():
-            if refs:
-                self._batches.setdefault(stream, []).append(("drop", refs))
-        self._drops = {}
         batches, self._batches = self._batches, {}
         for stream, batch in batches.items():
             if batch:
@@ -307,6 +310,62 @@ class DeviceMesh(MeshOps):
     def __repr__(self) -> str:
         processes = list(self._shape.ndslice)
         return f"<DeviceMesh(names({self.names!r}), processes({processes})) at {hex(id(self))}>"
+
+
+class RemoteProcessGroup:
+    """The controller's handle on a torch.distributed process group over some
+    dimensions of a device mesh (what ``DeviceMesh.process_group(dims)``
+    returns). Passed to a ``remote`` function, it arrives on each process as
+    the group of the processes that differ from it only along ``dims``
+    (gloo, or NCCL where the function's stream runs CUDA work and torch has it).
+
+    Args:
+        dims: a dimension name, or several.
+        device_mesh: the mesh whose processes form the groups.
+
+    Attributes:
+        dims: the dimensions the group spans, as a tuple.
+        device_mesh: the mesh whose processes form the groups.
+
+    Raises:
+        KeyError: a name is not a dimension of ``device_mesh``.
+    """
+
+    def __init__(self, dims: str | Sequence[str], device_mesh: DeviceMesh) -> None:
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
+        for name in names:
+            if name not in device_mesh.names:
+                raise KeyError(f"{device_mesh!r} does not have dimension {name!r}")
+        self.dims: tuple[str, ...] = names
+        self.device_mesh = device_mesh
+        self.ensure_split_comm_remotely(get_active_stream())
+
+    def ensure_split_comm_remotely(self, stream: Stream) -> None:
+        """Make the group usable by remote functions on ``stream`` (done for
+        the stream active when the group was made).
+
+        Args:
+            stream: the stream whose remote functions will use the group.
+        """
+        self.device_mesh._ensure_store(stream.name)
+
+    def size(self) -> int:
+        """How many processes each group joins."""
+        return int(self.device_mesh.size(self.dims))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (GroupRef, (self.dims,))  # on the wire: only the dimensions
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RemoteProcessGroup):
+            return NotImplemented
+        return self.dims == other.dims and self.device_mesh is other.device_mesh
+
+    def __hash__(self) -> int:
+        return hash((self.dims, id(self.device_mesh)))
+
+    def __repr__(self) -> str:
+        return f"<RemoteProcessGroup over {self.dims} of {self.device_mesh!r}>"
 
 
 def _sendable(command: tuple[Any, ...]) -> tuple[Any, ...]:

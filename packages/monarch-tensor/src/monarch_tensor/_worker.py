@@ -30,6 +30,7 @@ from monarch_actor import Actor, current_rank, endpoint
 from monarch_actor.extension import process_address
 
 from ._errors import RemoteTensorError
+from ._opaque import mark_worker
 from ._table import TABLE, Poison, Ref
 
 __all__ = ["REDUCTIONS", "GroupRef", "Meta", "TensorPeer", "TensorWorker", "reduce_shard", "run_op"]
@@ -195,6 +196,7 @@ class TensorWorker(Actor):
     def __init__(self, stream: str = "main") -> None:
         self.stream = stream
         self.groups: _Groups | None = None
+        mark_worker()  # remote functions run here: OpaqueRef values may live here
         global _seeded
         if not _seeded:  # procs forked from one server share its random state
             torch.seed()
@@ -359,6 +361,9 @@ class TensorPeer(Actor):
     """Beside the streams of one mesh view: shards sent from other meshes,
     and shape discovery for remote functions (neither may wait behind a
     stream)."""
+
+    def __init__(self) -> None:
+        mark_worker()
 
     @endpoint
     def receive(self, ref: int, value: Any) -> None:

@@ -49,3 +49,54 @@ def test_a_script_runs_through_the_facade():
             return 2 * x
 
     assert this_proc().spawn("twice", Twice).twice.call_one(21).get() == 42
+
+
+def test_issue_22_names_are_monarchs_and_the_packages_own():
+    import monarch.builtins.log
+    import monarch.builtins.random
+    import monarch.gradient
+    import monarch.random
+    import monarch.timer.execution_timer
+    import monarch.timer.remote_execution_timer
+    import monarch_tensor
+    import monarch_tensor.builtins.log
+    import monarch_tensor.gradient
+    import monarch_tensor.random
+    import monarch_tensor.timer
+
+    assert monarch.actor.attach is monarch_actor.attach
+    assert monarch.actor.default_bootstrap_cmd is monarch_actor.default_bootstrap_cmd
+    for name in ["OpaqueRef", "RemoteProcessGroup", "world_mesh"]:
+        assert getattr(monarch, name) is getattr(monarch_tensor, name), name
+    assert monarch.ActorFuture is monarch_actor.Future
+    assert monarch.builtins.__name__ == "monarch.builtins"
+    assert monarch.timer.__name__ == "monarch.timer"
+    assert monarch.builtins.log.log_remote is monarch_tensor.builtins.log.log_remote
+    assert monarch.builtins.log.logger is monarch_tensor.builtins.log.logger
+    assert monarch.builtins.random.set_manual_seed_remote is (
+        monarch_tensor.builtins.random.set_manual_seed_remote
+    )
+    assert monarch.random.new_state is monarch_tensor.random.new_state
+    assert monarch.gradient.GradientGenerator is monarch_tensor.gradient.GradientGenerator
+    assert monarch.timer.ExecutionTimer is monarch_tensor.timer.ExecutionTimer
+    assert (
+        monarch.timer.remote_execution_timer.execution_timer_start
+        is monarch_tensor.timer.execution_timer_start
+    )
+    assert {"OpaqueRef", "RemoteProcessGroup", "ActorFuture", "builtins", "timer",
+            "world_mesh"} <= set(monarch.__all__)  # fmt: skip
+    assert {"attach", "default_bootstrap_cmd"} <= set(monarch.actor.__all__)
+
+
+def test_monarch_builtins_and_timer_load_on_first_use():
+    import subprocess
+    import sys
+
+    code = (
+        "import monarch, sys; assert 'monarch.builtins' not in sys.modules; "
+        "print(monarch.builtins.random.seed_remote, monarch.builtins.log.log_remote, "
+        "monarch.timer.ExecutionTimer.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "<remote _seed>" in done.stdout and "ExecutionTimer" in done.stdout

@@ -33,7 +33,7 @@ from ._api.context import (
 from ._api.debug_protocol import DebugClient, DebugConnectionError
 from ._api.debugger import DebugController, DebugSessionInfo, debug_controller
 from ._api.endpoint import ActorEndpoint, send
-from ._api.hosts import attach_to_workers
+from ._api.hosts import attach, attach_to_workers
 from ._api.mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
 from ._api.proc_control import shutdown_context
 from ._api.returns_future import returns_future
@@ -49,12 +49,14 @@ from ._core.errors import ActorError, MonarchError, SupervisionError
 from ._core.future import Future
 from ._core.ids import ProcId, Uid
 from ._core.ports import Channel, Port, PortReceiver, RankedPortReceiver
+from ._procs.bootstrap import BootstrapCommand, default_bootstrap_cmd
 from ._supervision.faults import MeshFailure, unhandled_fault_hook
 
 Endpoint = ActorEndpoint
 """Monarch's name for ``ActorEndpoint``."""
 
 __all__ = [
+    "attach",
     "attach_to_workers",
     "run_worker_loop_forever",
     "run_worker_loop_until_shutdown",
@@ -64,6 +66,7 @@ __all__ = [
     "ActorEndpoint",
     "ActorError",
     "ActorMesh",
+    "BootstrapCommand",
     "Channel",
     "Context",
     "DebugClient",
@@ -95,6 +98,7 @@ __all__ = [
     "current_rank",
     "current_size",
     "debug_controller",
+    "default_bootstrap_cmd",
     "endpoint",
     "get_meter",
     "get_or_spawn_controller",

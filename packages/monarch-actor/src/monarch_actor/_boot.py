@@ -24,7 +24,7 @@ from monarch_transport import Address, decode, listen, new_event_loop, prefer_ba
 
 from ._api.actor_host import ActorHost
 from ._api.debugger import install_breakpoint_hook
-from ._api.hosts import TRUST_ALL, configure_security, split_alias
+from ._api.hosts import TRUST_ALL, attached, configure_security, split_alias
 from ._api.introspection import Introspection
 from ._api.local_actors import LocalActors
 from ._api.proc_control import (
@@ -99,8 +99,13 @@ def start_controller() -> Runtime:
         loop = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            listener = loop.run_until_complete(listen(listen_address()))
+            gateway = attached()  # attach(addr): listen where the gateway relays to
+            bind = listen_address() if gateway is None else Address.parse(gateway[1])
+            listener = loop.run_until_complete(listen(bind))
             runtime = Runtime(loop, listener, "controller")
+            if gateway is not None and gateway[0] != runtime.address:
+                runtime.aliases.add(runtime.address)
+                runtime.address = runtime.root = gateway[0]
             wire(runtime)
             install_ready_handler(runtime)
             runtime.handle(Kind.LOGS, lambda header, frames: show_lines(header, decode(frames)[1]))

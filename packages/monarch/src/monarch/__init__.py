@@ -1,6 +1,7 @@
 """Monarch in Python: the public API of Meta's Monarch, re-exported from the
 packages that implement it (``monarch_mesh``, ``monarch_transport``,
-``monarch_actor``). Scripts written for Monarch import from here unchanged.
+``monarch_actor``, ``monarch_tensor``). Scripts written for Monarch import
+from here unchanged.
 
 Examples:
     >>> from monarch.actor import Actor, endpoint, this_proc
@@ -15,6 +16,7 @@ Examples:
 from typing import TYPE_CHECKING, Any
 
 from monarch_actor import Future
+from monarch_actor import Future as ActorFuture
 from monarch_config import (
     clear_runtime_config,
     configure,
@@ -29,7 +31,9 @@ if TYPE_CHECKING:  # for type checkers and the API reference; at run time, __get
         Borrow,
         DeviceMesh,
         MeshSliceTensor,
+        OpaqueRef,
         Remote,
+        RemoteProcessGroup,
         RemoteTensorError,
         Stream,
         Tensor,
@@ -48,23 +52,30 @@ if TYPE_CHECKING:  # for type checkers and the API reference; at run time, __get
         show,
         slice_mesh,
         to_mesh,
+        world_mesh,
     )
 
+    from . import builtins, timer
+
 __all__ = [
+    "ActorFuture",
     "Borrow",
     "DeviceMesh",
     "Extent",
     "Future",
     "MeshSliceTensor",
     "NDSlice",
+    "OpaqueRef",
     "Point",
     "Remote",
+    "RemoteProcessGroup",
     "RemoteTensorError",
     "Selection",
     "Shape",
     "Slice",
     "Stream",
     "Tensor",
+    "builtins",
     "call_on_shard_and_fetch",
     "clear_runtime_config",
     "coalescing",
@@ -84,11 +95,15 @@ __all__ = [
     "remote",
     "show",
     "slice_mesh",
+    "timer",
     "to_mesh",
+    "world_mesh",
 ]
 
+# modules of Monarch's ready-made remote functions and timers (they import torch)
+_MODULES = frozenset({"builtins", "timer"})
 # distributed tensors (monarch-tensor, which imports torch): loaded on first use, as in Monarch
-_TENSOR_NAMES = frozenset(__all__) - set(globals())
+_TENSOR_NAMES = frozenset(__all__) - set(globals()) - _MODULES
 
 __version__ = "0.1.0"
 
@@ -100,4 +115,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(monarch_tensor, name)
         globals()[name] = value
         return value
+    if name in _MODULES:
+        import importlib
+
+        module = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
     raise AttributeError(f"module 'monarch' has no attribute {name!r}")

@@ -35,7 +35,9 @@ from .proc_control import proc_exited
 __all__ = [
     "SECRET_FILE_ENV",
     "TRUST_ALL",
+    "attach",
     "attach_to_workers",
+    "attached",
     "configure_security",
     "alias_parts",
     "secret_from_file",
@@ -184,6 +186,87 @@ def _canonical(text: str, tls: bool = False) -> str:
     return str(address)
 
 
+_attach_lock = threading.Lock()
+_attached: tuple[str, str, str] | None = None  # (as given, where peers dial, where to listen)
+
+
+def attached() -> tuple[str, str] | None:
+    """``(dial, bind)`` when ``attach(addr)`` set where this client is reached."""
+    return None if _attached is None else _attached[1:]
+
+
+def _gateway(addr: str) -> tuple[str, str]:
+    """Where peers reach an attached client, and where it listens."""
+    if not isinstance(addr, str) or not addr:
+        raise TypeError(f"attach() takes an address such as 'tcp://host:port', got {addr!r}")
+    dial, bind = split_alias(addr)
+    if dial == bind:  # a plain address: listen on its port, on every interface
+        where = Address.parse(dial)
+        if where.scheme in ("tcp", "tls"):
+            if not where.port:
+                raise ValueError(
+                    f"attach({addr!r}): give the port the gateway forwards to this machine "
+                    "(tcp://GATEWAY:PORT), or both ends: tcp://GATEWAY:PORT@tcp://0.0.0.0:LOCAL"
+                )
+            bind = str(Address(where.scheme, host="0.0.0.0", port=where.port))
+    return dial, bind
+
+
+def attach(addr: str) -> None:
+    """Start this process's client reached through a gateway at ``addr``.
+
+    Processes and workers send everything meant for this client to ``addr``,
+    and whatever serves it (an SSH reverse tunnel, a port-forward, a NAT or
+    load-balancer rule) relays it to this machine, where the client listens.
+    The client dials the processes itself. Use it when they cannot reach this
+    machine directly.
+
+    Call it before the client's first ``context()``, ``this_host()`` or
+    ``this_proc()``: actor and port references carry the address they were
+    made with. Attaching again through the same address does nothing.
+
+    Args:
+        addr: where peers reach this client: ``tcp://GATEWAY:PORT`` (relayed to
+            this machine's port ``PORT``, which the client listens on, on every
+            interface), ``tcp://GATEWAY:PORT@tcp://LOCAL_HOST:LOCAL_PORT`` (the
+            relay's target given too), or an ``ipc://`` path.
+
+    Raises:
+        RuntimeError: the client has started already, without ``attach`` or
+            through another address (use a new process), or this process is not a
+            client (a proc or a worker).
+        TypeError: ``addr`` is not a string.
+        ValueError: ``addr`` is not an address, or a TCP address without a port.
+        OSError: nothing can listen where the client should.
+    """
+    global _attached
+    dial, bind = _gateway(addr)
+    with _attach_lock:
+        runtime = maybe_runtime()
+        if runtime is None:
+            _attached = (addr, dial, bind)
+            try:
+                runtime = get_runtime()
+            except BaseException:
+                _attached = None
+                raise
+            if runtime.address == dial:
+                return
+        if _attached is not None and _attached[0] == addr and runtime.address == dial:
+            return
+        if _attached is not None and runtime.address == _attached[1]:
+            raise RuntimeError(
+                f"this client is already attached through {_attached[0]}, not {addr}; a client "
+                "cannot move: attach through another address in a new process"
+            )
+        _attached = None
+        raise RuntimeError(
+            f"this process's Monarch runtime started without attach() (as a "
+            f"{runtime.role}, at {runtime.address}); call attach(addr) before the first "
+            "context(), this_host() or this_proc()"
+        )
+
+
 def attach_to_workers(
     *,
     workers: Sequence[str | Future[str]],
@@ -293,8 +376,8 @@ def reachable_from(runtime: Runtime, worker: Address) -> None:
     """Make sure the controller listens where ``worker``'s host can reach it:
     a TCP worker needs a TCP controller, on the interface that routes to it
     (or where ``enable_transport("tcp://ADDR:0")`` said)."""
-    if worker.scheme not in ("tcp", "tls"):
-        return
+    if worker.scheme not in ("tcp", "tls") or _attached is not None:
+        return  # an attached client is reached through its gateway, from anywhere
     with _listening:
         mine = Address.parse(runtime.address)
         if mine.scheme == worker.scheme and not (

@@ -9,7 +9,6 @@ import os
 import pickle
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +21,7 @@ from monarch_transport import SECRET_ENV, job_secret
 from .._core.config import PRELOAD
 from .._core.process import get_runtime, job_dir
 from .._core.router import Runtime
+from .bootstrap import default_bootstrap_cmd
 
 __all__ = [
     "JOB_DIR_OWNER_ENV",
@@ -41,10 +41,7 @@ def preload() -> str:
     """What the fork server imports before forking (so every proc has it at
     once), comma-separated: the ``preload`` setting (``$MONARCH_PRELOAD``);
     ``auto`` is torch if this script uses it, ``none`` nothing."""
-    configured = PRELOAD.get().strip()
-    if configured == "auto":
-        return "torch" if "torch" in sys.modules else ""
-    return "" if configured == "none" else configured
+    return default_bootstrap_cmd().env.get(PRELOAD_ENV) or ""
 
 
 class HostAgent:
@@ -70,15 +67,17 @@ class HostAgent:
         read, write = os.pipe()
         job_secret()  # made now, so the agent and every proc inherit it
         job_dir()
-        env = dict(os.environ)
+        # a script that uses torch will have actors that do: import it once, in the
+        # agent (the command's environment says what to preload)
+        command = default_bootstrap_cmd()
+        env = command.environment()
         env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
-        # a script that uses torch will have actors that do: import it once, in the agent
-        env[PRELOAD_ENV] = preload()
         # the job's folder belongs to the controller: only its agent may remove it, when
         # the controller died without cleaning up (an agent started by a proc must not)
         env[JOB_DIR_OWNER_ENV] = "1" if runtime.role in ("controller", "worker") else "0"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "monarch_actor._procs.zygote", str(write), entry],
+            [*command.argv(), str(write), entry],
+            executable=command.program,
             stdin=subprocess.PIPE,
             pass_fds=(write,),
             env=env,

@@ -1,6 +1,7 @@
 """``default_bootstrap_cmd`` is the command hosts start their fork server
 with, and ``attach(addr)`` makes a client reached through a relay at ``addr``."""
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -99,10 +100,8 @@ class Relay:
             pass
         finally:
             for s in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 def _free_port() -> int:

@@ -104,7 +104,7 @@ def test_an_opaque_ref_from_a_remote_function_is_not_readable_here(procs):
     with procs.activate():
         ref = make_linear_remote()
     with pytest.raises(RuntimeError, match="cannot read"):
-        ref.value
+        _ = ref.value
 
 
 # -- RemoteProcessGroup -----------------------------------------------------------------

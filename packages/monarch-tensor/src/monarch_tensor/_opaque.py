@@ -100,7 +100,7 @@ def _flatten(ref: OpaqueRef) -> tuple[list[Any], Any]:
 
 
 def _unflatten(keys: Any, context: Any) -> OpaqueRef:
-    return OpaqueRef._create(list(keys)[0])
+    return OpaqueRef._create(next(iter(keys)))
 
 
 def _flatten_with_keys(ref: OpaqueRef) -> tuple[list[tuple[Any, Any]], Any]:

@@ -70,9 +70,11 @@ class GradientGenerator:
             return grads
         context = self._restore() if self._restore is not None else contextlib.nullcontext()
         with context:
+            roots: Any = self._roots  # tensors and edges mixed, which torch accepts
+            inputs: Any = [x for _, x in wanted]
             found = torch.autograd.grad(
-                self._roots,
-                [x for _, x in wanted],
+                roots,
+                inputs,
                 self._seeds or None,
                 allow_unused=True,
             )

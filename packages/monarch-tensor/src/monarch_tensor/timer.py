@@ -82,8 +82,8 @@ class ExecutionTimer:
             if use_cpu or not cls.cuda:
                 cls._cpu_started.setdefault(name, []).append(time.perf_counter())
                 return
-        begin = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
+        begin = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         begin.record(torch.cuda.current_stream())
         with cls._lock:
             cls._gpu_started.setdefault(name, []).append((begin, end))

@@ -28,11 +28,15 @@ RECORD = os.environ.get("MONARCH_SUITE_RECORD", "")
 _INTERNAL_ROOTS = ("monarch.common", "monarch.worker", "monarch.mesh_controller", "monarch.simulator",
                    "monarch.controller", "monarch.gradient_generator", "monarch.cached_remote_function",
                    "monarch.fetch", "monarch.notebook", "monarch.opaque_module", "monarch.opaque_object",
-                   "monarch.profiler", "monarch.timer", "monarch.tensor_worker_main")
+                   "monarch.profiler", "monarch.tensor_worker_main", "monarch.tools", "monarch.distributed_telemetry")
+# Meta's own packages beside Monarch.
+_META_ROOTS = ("monarch_supervisor",)
 
 
 def is_internal(module: str) -> bool:
     """Whether ``module`` is one of Monarch's internal modules (not its public API)."""
+    if module.split(".")[0] in _META_ROOTS:
+        return True
     if not module.startswith("monarch."):
         return False
     if any(part.startswith("_") for part in module.split(".")[1:]):

@@ -1,6 +1,8 @@
 """Processes: started by the host agent, reaped on stop(), at exit and when the
 controller is killed; scripts whose actors live in ``__main__``."""
 
+import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -10,7 +12,7 @@ import time
 
 import pytest
 
-from monarch_actor import this_host
+from monarch_actor import Actor, endpoint, this_host
 
 SCRIPT_HEAD = textwrap.dedent(
     """
@@ -327,3 +329,45 @@ def test_shutting_down_the_host_stops_its_processes_and_a_new_mesh_still_starts(
     first, second = out.strip().splitlines()
     assert wait_gone([int(p) for p in first.split()], 5.0) == []
     assert second == "True"
+
+
+def test_shutdown_context_stops_the_processes_once_and_the_script_goes_on():
+    script = run_script(
+        """
+        from monarch_actor import shutdown_context
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        pids = list(procs.spawn("pids", Pid).pid.call().get().values())
+        try:
+            shutdown_context(host_timeout=float("nan"))
+        except ValueError as error:
+            print("refused:", error, flush=True)
+        first, again = shutdown_context(host_timeout=5), shutdown_context()
+        assert again.get(timeout=0) is None  # already resolved: a later call does not wait
+        first.get(timeout=30)
+        print(" ".join(map(str, pids)), flush=True)
+        print("still running", flush=True)
+        """
+    )
+    out, err = script.communicate(timeout=60)
+    lines = out.splitlines()
+    assert lines[0].startswith("refused: shutdown_context: host_timeout must be"), (out, err)
+    assert lines[-1] == "still running", (out, err)
+    assert wait_gone([int(p) for p in lines[1].split()]) == []
+
+
+class RootLevel(Actor):
+    @endpoint
+    def level(self) -> int:
+        import logging
+
+        return logging.getLogger().level
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.ERROR])
+def test_logging_option_sets_the_processes_root_logger_level(level):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        asyncio.run(procs.logging_option(level=level))
+        assert set(procs.spawn("lv", RootLevel).level.call().get().values()) == {level}
+    finally:
+        procs.stop().get(timeout=30)

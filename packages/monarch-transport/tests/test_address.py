@@ -1,4 +1,5 @@
 import pytest
+import os
 
 from monarch_transport import Address, AddressError, ChannelTransport
 
@@ -67,3 +68,15 @@ def test_channel_transport_names():
     unix = ChannelTransport.Unix.any_address()
     assert unix.scheme == "ipc" and unix != ChannelTransport.Unix.any_address()
     assert ChannelTransport.Local.any_address().scheme == "inproc"
+
+
+def test_tls_transports_listen_with_tls_and_pickle():
+    import pickle
+
+    for member in (ChannelTransport.Tls, ChannelTransport.MetaTlsWithHostname):
+        address = member.any_address()
+        assert address.scheme == "tls" and address.host == os.uname().nodename
+        assert pickle.loads(pickle.dumps(member)) is member
+    ipv6 = ChannelTransport.MetaTlsWithIpV6.any_address()
+    assert ipv6.scheme == "tls" and ":" in ipv6.host
+    assert str(ipv6).startswith("tls+tcp://[")

@@ -10,6 +10,7 @@ import enum
 import ipaddress
 import os
 import re
+import socket
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -161,6 +162,13 @@ class ChannelTransport(enum.Enum):
     """A Unix socket in the temporary directory (the default)."""
     Local = "local"
     """An ``inproc://`` address: reachable from this process only."""
+    Tls = "tls"
+    """TLS over TCP on this host's name (``tls+tcp://``), with the certificates the
+    TLS settings name (``MONARCH_TLS_*``)."""
+    MetaTlsWithHostname = "metatls-hostname"
+    """Monarch's name for TLS inside Meta; here the same as ``Tls``."""
+    MetaTlsWithIpV6 = "metatls-ipv6"
+    """TLS over TCP on this host's IPv6 address, with the configured certificates."""
 
     @classmethod
     def from_name(cls, name: str) -> ChannelTransport:
@@ -196,4 +204,18 @@ class ChannelTransport(enum.Enum):
             return Address(
                 "ipc", path=os.path.join(tempfile.gettempdir(), f"monarch-{unique}.sock")
             )
+        if self in (ChannelTransport.Tls, ChannelTransport.MetaTlsWithHostname):
+            return Address("tls", host=os.uname().nodename, port=0)
+        if self is ChannelTransport.MetaTlsWithIpV6:
+            return Address("tls", host=_ipv6_address(), port=0)
         return Address("inproc", path=f"monarch-{unique}")
+
+
+def _ipv6_address() -> str:
+    """This host's IPv6 address (its name's, else the loopback's)."""
+    try:
+        found = socket.getaddrinfo(os.uname().nodename, None, socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:
+        return "::1"
+    addresses = [str(info[4][0]) for info in found if not str(info[4][0]).startswith("fe80")]
+    return addresses[0] if addresses else "::1"

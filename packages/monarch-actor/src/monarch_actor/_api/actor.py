@@ -220,11 +220,13 @@ def concurrent_endpoint(
     def wrap(fn: Callable[..., Any]) -> EndpointProperty[..., Any]:
         if isinstance(fn, EndpointProperty):
             raise ValueError(
-                f"{fn.name}: do not stack @concurrent_endpoint with @endpoint; pass the "
-                "options to @concurrent_endpoint"
+                f"{fn.name}: concurrent_endpoint does not wrap @endpoint; pass the "
+                "endpoint options to @concurrent_endpoint instead"
             )
         if not inspect.iscoroutinefunction(fn):
-            raise ValueError(f"@concurrent_endpoint needs an async def method, got {fn!r}")
+            raise ValueError(
+                f"concurrent_endpoint can only wrap async endpoints: make {getattr(fn, '__qualname__', fn)!r} an async def"
+            )
         if instrument:
             fn = instrumented(fn)
         return EndpointProperty(

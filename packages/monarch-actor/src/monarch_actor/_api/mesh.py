@@ -393,8 +393,9 @@ class ProcMesh(MeshOps):
                 leaves them on the terminal the processes inherited.
             aggregate_window_sec: seconds over which identical lines of several
                 ranks are shown once, with a count; ``None`` or 0 shows every line.
-            level: a logging level from 0 to 255; it is checked, but every line is
-                streamed whatever its level.
+            level: the level (0 to 255) of each process's root logger, as in
+                Monarch: ``logging.INFO`` (the default) lets ``logger.info`` lines
+                through; printed lines are streamed whatever it is.
 
         Raises:
             ValueError: ``level`` or ``aggregate_window_sec`` is out of range.

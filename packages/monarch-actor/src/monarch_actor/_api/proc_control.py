@@ -26,7 +26,7 @@ from .._core.progress import progress, shows_progress
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
-from .._procs.logs import drain_output, flush_lines, set_forwarding
+from .._procs.logs import drain_output, flush_lines, set_log_mode
 from .._procs.remote import RemoteAgent
 from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
@@ -204,9 +204,9 @@ def when_started(table: ProcTable) -> Future[bool]:
     return Future._of(started)
 
 
-def stop_procs(table: ProcTable, ranks: list[int], reason: str) -> Future[None]:
+def stop_procs(table: ProcTable, ranks: list[int], reason: str, timeout: float = STOP_TIMEOUT) -> Future[None]:
     """Ask each process of ``ranks`` to stop its actors and exit; the future
-    resolves once all have exited (killed after STOP_TIMEOUT)."""
+    resolves once all have exited (killed after ``timeout`` seconds)."""
     runtime = get_runtime()
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
@@ -230,7 +230,7 @@ def stop_procs(table: ProcTable, ranks: list[int], reason: str) -> Future[None]:
             stop = {Key.KIND: Kind.STOP_PROC, Key.REPLY_TO: port, Key.RANK: position}
             runtime.send(address, {**stop, Key.WHY: reason}, None)
         gather.result.add_done_callback(lambda _: runtime.call_soon(reaped))
-        runtime.loop.call_later(STOP_TIMEOUT, kill_left)
+        runtime.loop.call_later(timeout, kill_left)
 
     def reaped() -> None:
         if table.owned:
@@ -278,7 +278,7 @@ def install_proc_handlers(runtime: Runtime, owner: str) -> None:
 
     runtime.handle(Kind.TABLE, announce)
     runtime.handle(Kind.STOP_PROC, stop)
-    runtime.handle(Kind.LOG_MODE, lambda h, f: set_forwarding(bool(decode(f)[1])))
+    runtime.handle(Kind.LOG_MODE, lambda h, f: set_log_mode(decode(f)[1]))
     runtime.lost_hooks.append(lambda address, reason: _owner_lost(runtime, owner, address))
 
 
@@ -315,12 +315,37 @@ def stop_local_actors(runtime: Runtime) -> None:
         host.join(max(0.0, deadline - time.monotonic()))
 
 
-def shutdown_context() -> Future[None]:
-    """Stop every proc mesh this process started (as happens at exit)."""
+_shutdown_claimed = threading.Lock()
+
+
+def shutdown_context(host_timeout: float | None = None) -> Future[None]:
+    """Stop every proc mesh this process started, as happens at exit.
+
+    The first call starts the shutdown and returns a future that resolves when
+    it is done; later calls return an already resolved future (they do not wait
+    for the first). The controller program itself goes on running.
+
+    Args:
+        host_timeout: seconds each process gets to stop its actors and exit
+            before it is killed (default 10); finite and not negative.
+
+    Returns:
+        A future resolved when the processes have exited.
+
+    Raises:
+        ValueError: ``host_timeout`` is negative, infinite or not a number;
+            shutdown is then not started.
+    """
+    timeout = STOP_TIMEOUT if host_timeout is None else float(host_timeout)
+    if not (0.0 <= timeout < float("inf")):
+        raise ValueError(f"shutdown_context: host_timeout must be a finite number of seconds >= 0, got {host_timeout!r}")
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    if maybe_runtime() is None or not _shutdown_claimed.acquire(blocking=False):
+        done.set_result(None)
+        return Future._of(done)
 
     def run() -> None:
-        stop_everything()
+        stop_everything(timeout)
         done.set_result(None)
 
     threading.Thread(target=run, daemon=True, name="monarch-shutdown").start()
@@ -332,8 +357,9 @@ def _stopping_unstarted(runtime: Runtime, table: ProcTable, reason: str) -> None
     Supervision.of(runtime).stopping_procs(table, reason)
 
 
-def stop_everything() -> None:
-    """Stop every proc mesh this process started, and its host agents."""
+def stop_everything(timeout: float = STOP_TIMEOUT) -> None:
+    """Stop every proc mesh this process started, and its host agents (each
+    process is killed after ``timeout`` seconds)."""
     runtime = maybe_runtime()
     if runtime is None:
         return
@@ -343,11 +369,11 @@ def stop_everything() -> None:
         if not table.owned or table.stopped:
             continue
         if table.ready:
-            futures.append(stop_procs(table, list(range(table.size)), reason))
+            futures.append(stop_procs(table, list(range(table.size)), reason, timeout))
         else:  # still starting: the agent ends them below, and that is no failure
             runtime.run_sync(_stopping_unstarted, runtime, table, reason)
     for future in futures:
         with contextlib.suppress(Exception):
-            future.get(STOP_TIMEOUT + 2)
+            future.get(timeout + 2)
     for pid in list(agents):
         agents.pop(pid).close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import struct
 import sys
@@ -33,6 +34,14 @@ __all__ = [
 ]
 
 _forward = threading.Event()
+
+
+def set_log_mode(mode: Any) -> None:
+    """A proc's answer to ``logging_option``: ``[stream, level]``; the level is
+    the proc's root logger's, as in Monarch."""
+    stream, level = mode
+    set_forwarding(bool(stream))
+    logging.getLogger().setLevel(int(level))
 
 
 def set_forwarding(on: bool) -> None:
@@ -207,7 +216,7 @@ async def configure_streaming(mesh: Any, stream: bool, window: int | None, level
         for rank in ranks:
             address = table.addresses[rank]
             if address:
-                runtime.send(address, {Key.KIND: Kind.LOG_MODE}, stream)
+                runtime.send(address, {Key.KIND: Kind.LOG_MODE}, [stream, level])
         caller.call_soon_threadsafe(_finish, done)
 
     runtime.call_soon(table.when_ready, go)

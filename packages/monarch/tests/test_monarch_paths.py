@@ -31,6 +31,7 @@ PATHS = [
     ("monarch._src.actor.host_mesh", "this_host", monarch.actor),
     ("monarch._src.actor.host_mesh", "this_proc", monarch.actor),
     ("monarch._src.actor.host_mesh", "HostMesh", monarch.actor),
+    ("monarch._src.actor.host_mesh", "default_bootstrap_cmd", monarch.actor),
     ("monarch._src.actor.actor_mesh", "context", monarch.actor),
     ("monarch._src.actor.actor_mesh", "Actor", monarch.actor),
     ("monarch._src.actor.actor_mesh", "ActorError", monarch.actor),

@@ -8,6 +8,7 @@ should import from there.
 
 from monarch.actor import (
     HostMesh,
+    default_bootstrap_cmd,
     hosts_from_config,
     this_host,
     this_proc,
@@ -15,6 +16,7 @@ from monarch.actor import (
 
 __all__ = [
     "HostMesh",
+    "default_bootstrap_cmd",
     "hosts_from_config",
     "this_host",
     "this_proc",

@@ -249,6 +249,7 @@ def test_actor_mesh_stop_runs_cleanup(procs):
     cleaners = procs.spawn("cleaners", Cleaner)
     assert cleaners.ping.call().get().values() == [1] * 4
     cleaners.stop().get(timeout=10)
+    assert cleaners.stop().get(timeout=10) is None  # again: no error, as in Monarch
     with pytest.raises(Exception, match=r"stopped|no actor"):
         cleaners.ping.call().get(timeout=15)
 

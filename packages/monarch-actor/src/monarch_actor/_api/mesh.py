@@ -524,11 +524,16 @@ class ActorMesh(MeshOps, Generic[A]):
             reason: why, reported to later callers of the stopped actors.
 
         Returns:
-            A ``Future`` that resolves once every actor has stopped.
+            A ``Future`` that resolves once every actor has stopped; at once when
+            they were already stopped (stopping twice is no error, as in Monarch).
         """
         runtime = get_runtime()
+        supervision = Supervision.of(runtime)
+        why = supervision.tree.dead(self._key, list(self._shape.ndslice))
+        if why is not None and why.startswith("stopped:"):
+            return Future._done(None)
         if len(self._shape) == len(self._procs._shape):
-            Supervision.of(runtime).stopping(self._key, reason)
+            supervision.stopping(self._key, reason)
         gather = Gather(runtime, len(self._shape), "all")
         header = {Key.OP: Op.STOP, Key.METHOD: "stop", Key.WHY: reason}
         self._cast_message(self._shape, header, encode(None), gather, None)

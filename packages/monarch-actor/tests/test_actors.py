@@ -235,6 +235,7 @@ def test_value_mesh():
         vm.item(hosts=1)
     with pytest.raises(ValueError, match="expected 6 ranks, but contains 1 ranks"):
         ValueMesh(shape, [1])
+    assert ValueMesh[int] is ValueMesh and isinstance(vm, ValueMesh[int])  # as in Monarch
 
 
 def test_actor_mesh_stop_runs_cleanup(procs):

@@ -1,5 +1,6 @@
-import pytest
 import os
+
+import pytest
 
 from monarch_transport import Address, AddressError, ChannelTransport
 

@@ -225,7 +225,8 @@ def concurrent_endpoint(
             )
         if not inspect.iscoroutinefunction(fn):
             raise ValueError(
-                f"concurrent_endpoint can only wrap async endpoints: make {getattr(fn, '__qualname__', fn)!r} an async def"
+                "concurrent_endpoint can only wrap async endpoints: make "
+                f"{getattr(fn, '__qualname__', fn)!r} an async def"
             )
         if instrument:
             fn = instrumented(fn)

@@ -204,7 +204,9 @@ def when_started(table: ProcTable) -> Future[bool]:
     return Future._of(started)
 
 
-def stop_procs(table: ProcTable, ranks: list[int], reason: str, timeout: float = STOP_TIMEOUT) -> Future[None]:
+def stop_procs(
+    table: ProcTable, ranks: list[int], reason: str, timeout: float = STOP_TIMEOUT
+) -> Future[None]:
     """Ask each process of ``ranks`` to stop its actors and exit; the future
     resolves once all have exited (killed after ``timeout`` seconds)."""
     runtime = get_runtime()
@@ -338,7 +340,10 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     """
     timeout = STOP_TIMEOUT if host_timeout is None else float(host_timeout)
     if not (0.0 <= timeout < float("inf")):
-        raise ValueError(f"shutdown_context: host_timeout must be a finite number of seconds >= 0, got {host_timeout!r}")
+        raise ValueError(
+            "shutdown_context: host_timeout must be a finite number of seconds >= 0, "
+            f"got {host_timeout!r}"
+        )
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
     if maybe_runtime() is None or not _shutdown_claimed.acquire(blocking=False):
         done.set_result(None)

@@ -35,6 +35,12 @@ class ValueMesh(MeshOps, Generic[R]):
         ([5, 6, 7], 6, [6, 7])
     """
 
+    def __class_getitem__(cls, item: Any) -> Any:
+        # ``ValueMesh[int]`` is the class itself at run time, as in Monarch, so
+        # ``isinstance(x, ValueMesh[int])`` and ``type(vm) is ValueMesh[int]`` hold;
+        # type checkers still read the parameter.
+        return cls
+
     def __init__(self, shape: Shape, values: Sequence[R]) -> None:
         if len(values) != len(shape):
             raise ValueError(

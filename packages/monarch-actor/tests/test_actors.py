@@ -362,3 +362,39 @@ def test_messages_from_one_sender_arrive_in_send_order_whichever_way_they_leave(
     scribe = procs.spawn("scribe", Scribe).slice(gpus=0)  # an actor's thread sends too
     scribe.write.call_one(other, 0, 300).get(timeout=60)
     assert other.notes.call_one().get(timeout=30) == list(range(300))
+
+
+class Spawner(Actor):
+    @endpoint
+    def spawned_by(self) -> object:
+        from monarch_actor import context
+
+        return context().actor_instance.creator
+
+    @endpoint
+    def spawn_one(self) -> object:
+        from monarch_actor import this_proc
+
+        child = this_proc().spawn("child", Spawner)
+        return child.spawned_by.call_one().get(), repr(child.spawned_by.call_one().get())
+
+
+def test_creator_is_the_spawning_instance_as_in_monarch(procs):
+    from monarch_actor import context
+
+    assert context().actor_instance.creator is None  # the root client
+    spawners = procs.spawn("spawner", Spawner)
+    creator = spawners.slice(gpus=1).spawned_by.call_one().get()
+    assert (creator.name, creator.class_name, creator.creator, repr(creator)) == (
+        "root",
+        None,
+        None,
+        "<root>",
+    )
+    inner, text = spawners.slice(gpus=2).spawn_one.call_one().get()
+    assert (inner.name, inner.class_name.rpartition(".")[2], inner.creator.name) == (
+        "spawner",
+        "Spawner",
+        "root",
+    )
+    assert text.startswith("<root>.<") and text.endswith(".Spawner spawner{'gpus': 2/4}>"), text

@@ -37,7 +37,7 @@ from .._procs.table import ProcTables
 from .._supervision.supervise import Supervision
 from .actor import EndpointProperty, endpoints_of
 from .actor_stats import ActorStats
-from .context import Context, Instance
+from .context import ROOT_CREATOR, Context, Instance
 from .local_actors import LocalActors
 from .mesh import ProcMesh
 
@@ -177,7 +177,7 @@ class ActorHost:
             self.rank,
             info["proc_mesh"] or self._spawned_on(header),
             f"{self.name}@{self.runtime.address}",
-            "<root>",
+            info.get("creator") or ROOT_CREATOR,
             self,
         )
         ctx = Context(self.me, self.rank)

@@ -36,7 +36,7 @@ class Instance:
         rank: the actor's point in its actor mesh.
         proc_mesh: the proc mesh it was spawned on; ``None`` for the root client.
         actor_id: the actor's id, ``name@process-address``.
-        creator: who spawned it, for display.
+        creator: who spawned it (``None`` for the root client).
         host: the runtime's handle on the running actor; ``None`` for the root client.
 
     Attributes:
@@ -45,7 +45,8 @@ class Instance:
         class_name: the actor's class, as ``module.QualifiedName``.
         rank: the actor's point in its actor mesh.
         actor_id: the actor's id, ``name@process-address``.
-        creator: who spawned it, for display.
+        creator: who spawned it: a ``CreatorInstance`` (``name``, ``class_name``,
+            ``rank``, and its own ``creator``); ``None`` for the root client.
     """
 
     def __init__(
@@ -55,7 +56,7 @@ class Instance:
         rank: Point,
         proc_mesh: ProcMesh | None,
         actor_id: str,
-        creator: str,
+        creator: CreatorInstance | None,
         host: ActorHost | None = None,
     ) -> None:
         self.name = name
@@ -115,10 +116,54 @@ class Instance:
     kill = abort
     """The same as ``abort``."""
 
+    def as_creator(self) -> CreatorInstance:
+        """What the actors this one spawns see as their ``creator``."""
+        class_name = None if self._host is None else self.class_name
+        return CreatorInstance(self.name, class_name, self.rank, self.creator)
+
     def __repr__(self) -> str:
-        if self._host is None:
-            return "<root>"
-        return f"{self.creator}.<{self.class_name} {self.name}{self.rank}>"
+        return repr(self.as_creator())
+
+
+class CreatorInstance:
+    """Who spawned an actor: ``context().actor_instance.creator``, as in Monarch.
+
+    A plain value that travels with the spawn; ``repr`` gives the chain of
+    spawners, ``<root>.<module.Class name{rank}>...``.
+
+    Args:
+        name: the spawner's mesh name (``"root"`` for the root client).
+        class_name: the spawner's class, ``module.QualifiedName``; ``None`` for
+            the root client.
+        rank: the spawner's point in its mesh.
+        creator: who spawned the spawner; ``None`` for the root client.
+
+    Attributes:
+        name: the spawner's mesh name (``"root"`` for the root client).
+        class_name: the spawner's class; ``None`` for the root client.
+        rank: the spawner's point in its mesh.
+        creator: who spawned the spawner; ``None`` for the root client.
+    """
+
+    def __init__(
+        self, name: str, class_name: str | None, rank: Point, creator: CreatorInstance | None
+    ) -> None:
+        self.name = name
+        self.class_name = class_name
+        self.rank = rank
+        self.creator = creator
+
+    def __repr__(self) -> str:
+        names = []
+        spawner: CreatorInstance | None = self
+        while spawner is not None:
+            prefix = "" if spawner.class_name is None else f"{spawner.class_name} "
+            rank = "" if spawner.class_name is None else str(spawner.rank)
+            names.append(f"<{prefix}{spawner.name}{rank}>")
+            spawner = spawner.creator
+        return ".".join(reversed(names))
+
+    __str__ = __repr__
 
 
 class Context:
@@ -164,6 +209,9 @@ class Context:
         return self._rank
 
 
+ROOT_CREATOR = CreatorInstance("root", None, EMPTY_POINT, None)
+"""The creator of the actors the controller spawns."""
+
 _root: Context | None = None
 
 
@@ -176,7 +224,7 @@ def context() -> Context:
     if _root is None:
         runtime = get_runtime()
         _root = Context(
-            Instance("root", "root", EMPTY_POINT, None, f"root@{runtime.address}", "<root>"),
+            Instance("root", "root", EMPTY_POINT, None, f"root@{runtime.address}", None),
             EMPTY_POINT,
         )
     return _root

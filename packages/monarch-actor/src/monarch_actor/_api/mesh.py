@@ -300,7 +300,10 @@ class ProcMesh(MeshOps):
             mesh._started = concurrent.futures.Future()
             mesh._started.set_exception(mesh._refused)
             return mesh  # type: ignore[return-value]
-        frames = encode((Class, args, kwargs, {"proc_mesh": self._known()}))
+        from .context import context
+
+        creator = context().actor_instance.as_creator()
+        frames = encode((Class, args, kwargs, {"proc_mesh": self._known(), "creator": creator}))
         owner = supervision.adopt(mesh, "actor")
         header = {
             Key.OP: Op.SPAWN,

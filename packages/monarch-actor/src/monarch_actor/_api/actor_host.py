@@ -37,7 +37,8 @@ from .._procs.table import ProcTables
 from .._supervision.supervise import Supervision
 from .actor import EndpointProperty, endpoints_of
 from .actor_stats import ActorStats
-from .context import ROOT_CREATOR, Context, Instance
+from .context import Context, Instance
+from .creator import ROOT_CREATOR
 from .local_actors import LocalActors
 from .mesh import ProcMesh
 

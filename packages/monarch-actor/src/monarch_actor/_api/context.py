@@ -8,6 +8,7 @@ from monarch_mesh import Extent, Point
 
 from .._core.current import current
 from .._core.process import get_runtime
+from .creator import CreatorInstance
 from .mesh import ProcMesh, this_proc
 
 if TYPE_CHECKING:
@@ -125,47 +126,6 @@ class Instance:
         return repr(self.as_creator())
 
 
-class CreatorInstance:
-    """Who spawned an actor: ``context().actor_instance.creator``, as in Monarch.
-
-    A plain value that travels with the spawn; ``repr`` gives the chain of
-    spawners, ``<root>.<module.Class name{rank}>...``.
-
-    Args:
-        name: the spawner's mesh name (``"root"`` for the root client).
-        class_name: the spawner's class, ``module.QualifiedName``; ``None`` for
-            the root client.
-        rank: the spawner's point in its mesh.
-        creator: who spawned the spawner; ``None`` for the root client.
-
-    Attributes:
-        name: the spawner's mesh name (``"root"`` for the root client).
-        class_name: the spawner's class; ``None`` for the root client.
-        rank: the spawner's point in its mesh.
-        creator: who spawned the spawner; ``None`` for the root client.
-    """
-
-    def __init__(
-        self, name: str, class_name: str | None, rank: Point, creator: CreatorInstance | None
-    ) -> None:
-        self.name = name
-        self.class_name = class_name
-        self.rank = rank
-        self.creator = creator
-
-    def __repr__(self) -> str:
-        names = []
-        spawner: CreatorInstance | None = self
-        while spawner is not None:
-            prefix = "" if spawner.class_name is None else f"{spawner.class_name} "
-            rank = "" if spawner.class_name is None else str(spawner.rank)
-            names.append(f"<{prefix}{spawner.name}{rank}>")
-            spawner = spawner.creator
-        return ".".join(reversed(names))
-
-    __str__ = __repr__
-
-
 class Context:
     """What ``context()`` returns: ``actor_instance`` and ``message_rank``.
 
@@ -208,9 +168,6 @@ class Context:
             self._rank = Point(self._header["b"][0], Extent(labels, sizes))  # type: ignore[index]
         return self._rank
 
-
-ROOT_CREATOR = CreatorInstance("root", None, EMPTY_POINT, None)
-"""The creator of the actors the controller spawns."""
 
 _root: Context | None = None
 

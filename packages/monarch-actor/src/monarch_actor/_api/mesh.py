@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 from monarch_mesh import Shape, Slice
 from monarch_transport import encode
 
+from .._core.current import current
 from .._core.errors import SupervisionError
 from .._core.extensions import extension
 from .._core.future import Future
@@ -30,6 +31,7 @@ from .._procs.remote import RemoteAgent
 from .._procs.table import ProcTable, table_for
 from .._supervision.supervise import Supervision
 from .actor import EndpointProperty, check_actor_class
+from .creator import ROOT_CREATOR
 from .endpoint import ActorEndpoint
 from .mesh_ops import MeshOps
 from .proc_control import (
@@ -300,9 +302,8 @@ class ProcMesh(MeshOps):
             mesh._started = concurrent.futures.Future()
             mesh._started.set_exception(mesh._refused)
             return mesh  # type: ignore[return-value]
-        from .context import context
-
-        creator = context().actor_instance.as_creator()
+        spawner = current()  # None on the controller: the root client spawns
+        creator = ROOT_CREATOR if spawner is None else spawner.actor_instance.as_creator()
         frames = encode((Class, args, kwargs, {"proc_mesh": self._known(), "creator": creator}))
         owner = supervision.adopt(mesh, "actor")
         header = {

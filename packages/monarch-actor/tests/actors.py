@@ -331,3 +331,30 @@ class Scribe(Actor):
                 journal.note.call_one(n)  # not awaited: only its order matters
             else:
                 journal.note.call(n).get()
+
+
+class _WritesOnDel:
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "w")  # noqa: SIM115  (closed by __del__, the point of the test)
+
+    def __del__(self) -> None:
+        self._file.write("finalized")
+        self._file.close()
+
+
+_held_until_exit: _WritesOnDel | None = None
+
+
+class FinalizerMarker(Actor):
+    """Leaves an object with a finalizer in a module global, and an atexit handler."""
+
+    def __init__(self, path: str) -> None:
+        import atexit
+
+        global _held_until_exit
+        _held_until_exit = _WritesOnDel(path)
+        atexit.register(lambda: open(path + ".atexit", "w").close())
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()

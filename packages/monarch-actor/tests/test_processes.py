@@ -371,3 +371,15 @@ def test_logging_option_sets_the_processes_root_logger_level(level):
         assert set(procs.spawn("lv", RootLevel).level.call().get().values()) == {level}
     finally:
         procs.stop().get(timeout=30)
+
+
+def test_a_process_stopped_cleanly_runs_finalizers_and_atexit_handlers(tmp_path):
+    from actors import FinalizerMarker
+
+    marker = tmp_path / "marker"
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    pid = procs.spawn("marker", FinalizerMarker, str(marker)).pid.call_one().get()
+    procs.stop().get(timeout=30)
+    assert wait_gone([pid]) == []
+    assert marker.read_text() == "finalized"  # a module global's __del__ ran
+    assert (tmp_path / "marker.atexit").exists()

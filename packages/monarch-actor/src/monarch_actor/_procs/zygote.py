@@ -28,6 +28,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 
 from .._core.private import alive
+from .finalize import finalize, forget_inherited_exit_handlers
 from .logs import release_output
 
 PR_SET_PDEATHSIG = 1
@@ -129,7 +130,10 @@ class Zygote:
             os.close(devnull)
             die_with_parent(signal.SIGKILL)
             module, _, function = self.entry.partition(":")
+            inherited = forget_inherited_exit_handlers()
             code = getattr(importlib.import_module(module), function)(blob)
+            if code == 0:
+                finalize(inherited)
         except BaseException:
             text = traceback.format_exc()
             release_output()

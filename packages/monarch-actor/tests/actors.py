@@ -358,3 +358,15 @@ class FinalizerMarker(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
+
+
+class StuckInInit(Actor):
+    """Sends a port a value, then never returns from ``__init__``."""
+
+    def __init__(self, port: Port[int]) -> None:
+        port.send(os.getpid())
+        threading.Event().wait()
+
+    @endpoint
+    def unreachable(self) -> None:
+        pass

@@ -398,3 +398,16 @@ def test_creator_is_the_spawning_instance_as_in_monarch(procs):
         "root",
     )
     assert text.startswith("<root>.<") and text.endswith(".Spawner spawner{'gpus': 2/4}>"), text
+
+
+def test_stopping_an_actor_stuck_in_init_resolves_after_the_stop_timeout(procs):
+    from actors import StuckInInit
+
+    from monarch_actor import Channel
+
+    send, receive = Channel[int].open()
+    stuck = procs.slice(gpus=0).spawn("stuck", StuckInInit, send)
+    assert receive.recv().get(timeout=30) > 0  # __init__ runs, and will not return
+    stuck.stop().get(timeout=30)  # the actor is stopped without its thread
+    with pytest.raises(Exception, match="stopped"):
+        stuck.unreachable.call_one().get(timeout=15)

@@ -63,6 +63,11 @@ def remote_traceback(error: BaseException) -> str:
     return "".join(lines)
 
 
+# How long a stop request may wait for the actor's thread before the actor is
+# stopped without it (Monarch's stop_actor_timeout).
+STOP_ACTOR_TIMEOUT = 10.0
+
+
 class ActorHost:
     """One actor of this process, started by its spawn message."""
 
@@ -82,6 +87,7 @@ class ActorHost:
         self.stopped: str | None = None
         self.requested: tuple[str, str] | None = None  # ("stop" | "abort", reason)
         self.cleaned = False  # __cleanup__ ran (it runs once, on stop or on failure)
+        self._stopping = threading.Lock()  # the thread and the control loop may both stop it
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stats = ActorStats()
         if self.is_async:
@@ -105,6 +111,9 @@ class ActorHost:
 
     def post(self, header: dict[str, Any], frames: Frames) -> None:
         """Queue one message (from the control loop)."""
+        if header.get(Key.OP) == Op.STOP:
+            why = header.get(Key.WHY) or "stopped by client"
+            self.runtime.loop.call_later(STOP_ACTOR_TIMEOUT, self._stop_overdue, header, why)
         if self.is_async:
             self.loop.call_soon_threadsafe(self.mailbox.put_nowait, (header, frames))
         else:
@@ -332,13 +341,8 @@ class ActorHost:
         the stop request, end the thread."""
 
         def finish() -> Any:
-            self.stopped = reason
-            self.stats.note("stopped", reason)
-            emit(ActorStopped(repr(self.me), self.key, self.rank.rank, reason))
-            if header is not None:
+            if self._mark_stopped(reason) and header is not None:
                 self._answer(header, None)
-            actors = self.runtime.get(LocalActors)
-            self.runtime.call_soon(actors.forget, self.key, f"was stopped: {reason}")
             return _STOP
 
         if self.is_async:
@@ -350,6 +354,36 @@ class ActorHost:
             return stop_async()
         self._wind_down(None, reason)
         return finish()
+
+    def _mark_stopped(self, reason: str) -> bool:
+        """Record the stop once; False when it was recorded already (by the
+        actor's thread, or by ``_stop_overdue`` on the control loop)."""
+        with self._stopping:
+            if self.stopped is not None:
+                return False
+            self.stopped = reason
+        self.stats.note("stopped", reason)
+        emit(
+            ActorStopped(repr(self.me) if self.me else self.name, self.key, self.rank.rank, reason)
+        )
+        actors = self.runtime.get(LocalActors)
+        self.runtime.call_soon(actors.forget, self.key, f"was stopped: {reason}")
+        return True
+
+    def _stop_overdue(self, header: dict[str, Any], reason: str) -> None:
+        """A stop request the actor's thread has not reached in time (it is
+        stuck in ``__init__`` or in a message that does not return): the actor
+        is stopped without it, as Monarch does after ``stop_actor_timeout``;
+        its thread is left to itself and runs no further message."""
+        if self.failure is not None or not self._mark_stopped(reason):
+            return
+        log.warning(
+            "actor %s did not stop within %g s (its thread is still busy); "
+            "it is stopped without running __cleanup__",
+            repr(self.me) if self.me else self.name,
+            STOP_ACTOR_TIMEOUT,
+        )
+        self._answer(header, None)
 
     def _wind_down(self, exc: BaseException | None, reason: str) -> None:
         """Stop the meshes this actor owns, then run its ``__cleanup__(exc)``,

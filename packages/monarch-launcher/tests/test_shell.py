@@ -125,6 +125,22 @@ def test_a_mesh_of_more_than_one_host_is_refused(in_tmp, monkeypatch):
         shell("localhost")  # type: ignore[arg-type]
 
 
+def test_any_mesh_whose_size_is_not_one_is_refused_before_spawning():
+    class TwoHosts:  # what Monarch's own test passes: a stand-in reporting two hosts
+        spawned = False
+
+        def size(self) -> int:
+            return 2
+
+        def spawn_procs(self) -> None:
+            self.spawned = True
+
+    mesh = TwoHosts()
+    with pytest.raises(ValueError, match="singleton HostMesh"):
+        shell(mesh)  # type: ignore[arg-type]
+    assert not mesh.spawned
+
+
 GUARDED = textwrap.dedent(
     """
     import sys

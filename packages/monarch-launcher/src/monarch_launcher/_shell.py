@@ -279,13 +279,16 @@ def shell(
             whatever read this process's output went away); the remote shell
             is hung up first.
     """
-    if not isinstance(host_mesh, HostMesh):
+    size = getattr(host_mesh, "size", None)
+    if not isinstance(host_mesh, HostMesh) and not callable(size):
         raise TypeError(f"shell() takes a HostMesh of one host, got {type(host_mesh).__name__}")
     if host_mesh.size() != 1:
         raise ValueError(
             f"shell() needs a singleton HostMesh (exactly one host), got {host_mesh.size()} "
             "hosts: slice the mesh to one host first, e.g. shell(hosts.slice(hosts=0))"
         )
+    if not isinstance(host_mesh, HostMesh):
+        raise TypeError(f"shell() takes a HostMesh of one host, got {type(host_mesh).__name__}")
     stdin_fd, stdout_fd, stderr_fd = sys.stdin.fileno(), sys.stdout.fileno(), sys.stderr.fileno()
     interactive = os.isatty(stdin_fd)
     output, received = Channel[Any].open()

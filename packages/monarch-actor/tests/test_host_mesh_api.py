@@ -83,11 +83,12 @@ def test_a_bootstrap_command_launches_each_process():
         del os.environ["MONARCH_TEST_INHERITED"], os.environ["MONARCH_TEST_REMOVED"]
 
 
-def test_a_bootstrap_command_that_fails_fails_the_mesh():
+def test_a_bootstrap_command_that_fails_fails_the_mesh(failures):
     broken = BootstrapCommand("/nonexistent/python", None, ["-m", "x"])
     procs = this_host().spawn_procs(bootstrap_command=broken)
     with pytest.raises(RuntimeError, match="could not be executed"):
         procs.initialized.get(timeout=60)
+    assert failures  # a process that never started is a failure its owner hears of
     with pytest.raises(TypeError, match="BootstrapCommand"):
         this_host().spawn_procs(bootstrap_command=["python"])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a BootstrapCommand"):

@@ -29,7 +29,7 @@ from .._procs.binding import check_binding
 from .._procs.bootstrap import BootstrapCommand, command_spec, default_bootstrap_cmd
 from .._procs.logs import configure_streaming
 from .._procs.remote import RemoteAgent
-from .._procs.table import ProcTable, table_for
+from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
 from .actor import EndpointProperty, check_actor_class
 from .endpoint import ActorEndpoint
@@ -310,6 +310,7 @@ class HostMesh(MeshOps):
         def run() -> None:
             try:
                 stopped.result()
+                _stop_meshes_on(hosts, "the host mesh was shut down")
                 for agent in hosts:
                     if isinstance(agent, RemoteAgent):
                         agent.shutdown()
@@ -368,6 +369,23 @@ class HostMesh(MeshOps):
 
     def __repr__(self) -> str:
         return f"HostMesh({self._shape.extent})"
+
+
+def _stop_meshes_on(hosts: list[Any], reason: str) -> None:
+    """Stop every proc mesh this process started with a process on one of
+    ``hosts`` (spawned through a copy or a slice of the host mesh too), so
+    that none is reported lost when the hosts go."""
+    runtime = get_runtime()
+    going = {id(agent) for agent in hosts}
+    stopping = [
+        stop_procs(table, list(range(table.size)), reason)
+        for table in list(runtime.get(ProcTables).values())
+        if table.owned
+        and not table.stopped
+        and any(id(agent) in going for agent in list(table.agents.values()))
+    ]
+    for future in stopping:
+        future.get()
 
 
 class _Deferred(concurrent.futures.Future[Any]):

@@ -103,7 +103,9 @@ class HostAgent:
         self.spawning[request] = (table, rank)
         order: dict[str, Any] = {"op": "spawn", "id": request, "blob": blob}
         if command is not None:
-            order["command"] = command
+            # the host's environment is this process's, as it is now (the fork server's
+            # was fixed when it started)
+            order["command"] = {**command, "base": dict(os.environ)}
         self._command(order)
 
     def kill(self, pid: int, sig: int = 9) -> None:

@@ -161,7 +161,8 @@ class Zygote:
             os.lseek(fd, 0, os.SEEK_SET)
             os.set_inheritable(fd, True)
             argv = [*spec["argv"], PROC_FLAG, str(fd), self.entry]
-            os.execvpe(spec["program"], argv, proc_environment(spec, os.environ))
+            base = {**os.environ, **spec["base"]} if spec.get("base") else os.environ
+            os.execvpe(spec["program"], argv, proc_environment(spec, base))
         except BaseException:
             fail_to_start(f"the bootstrap command {spec.get('argv')!r} could not be executed:\n")
         finally:

@@ -31,6 +31,7 @@ from ._api.proc_control import (
     PROC_ENTRY,
     install_proc_handlers,
     install_ready_handler,
+    set_host_command,
     stop_everything,
     stop_local_actors,
 )
@@ -310,6 +311,7 @@ def proc_main(blob: bytes) -> int:
     monarch_config.inherit(info.get("config") or {})  # before anything reads a setting
     join_job(os.environ["MONARCH_JOB_DIR"])
     apply_binding(info.get("bind"))
+    set_host_command(info.get("host_command"))
     sys.argv = [info.get("argv0", "monarch-proc")]
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

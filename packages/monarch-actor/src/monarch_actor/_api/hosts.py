@@ -30,7 +30,7 @@ from .._core.process import get_runtime, maybe_runtime
 from .._core.router import Runtime
 from .._procs.remote import RemoteAgent, RemoteAgents
 from .mesh import HostMesh
-from .proc_control import proc_exited
+from .proc_control import on_worker_exit, remote_agents
 
 __all__ = [
     "SECRET_FILE_ENV",
@@ -311,8 +311,8 @@ def attach_to_workers(
             raise TypeError(f"a worker is an address (str) or a Future of one, got {worker!r}")
     tls = configure_security(ca, private_key)
     runtime = get_runtime()
-    registry = runtime.run_sync(_registry, runtime)
-    on_exit = _on_exit(runtime)
+    registry = runtime.run_sync(remote_agents, runtime)
+    on_exit = on_worker_exit(runtime)
     agents: list[concurrent.futures.Future[RemoteAgent]] = []
     for worker in workers:
         found: concurrent.futures.Future[RemoteAgent] = concurrent.futures.Future()
@@ -327,16 +327,7 @@ def attach_to_workers(
                 name="monarch-attach",
             ).start()
     shape = Shape(["hosts"], Slice.new_row_major([len(workers)]))
-    return HostMesh(shape, [found.result for found in agents], name=name or "hosts")
-
-
-def _registry(runtime: Runtime) -> RemoteAgents:
-    found = runtime.services.get(RemoteAgents)
-    return found if found is not None else runtime.provide(RemoteAgents(runtime))
-
-
-def _on_exit(runtime: Runtime) -> Any:
-    return lambda table, rank, code, why: proc_exited(runtime, table, rank, code, why)
+    return HostMesh(shape, [found.result for found in agents], name=name or "hosts", owned=True)
 
 
 def _attach_later(

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from monarch_mesh import Shape, Slice
+from monarch_mesh import Point, Shape, Slice
 from monarch_transport import encode
 
 from .._core.current import current
@@ -25,10 +25,12 @@ from .._core.ports import Port
 from .._core.process import get_runtime
 from .._core.router import Frames
 from .._core.wire import Key, Kind, Op
+from .._procs.agent import HostAgent
 from .._procs.binding import check_binding
+from .._procs.bootstrap import BootstrapCommand, command_spec, default_bootstrap_cmd
 from .._procs.logs import configure_streaming
 from .._procs.remote import RemoteAgent
-from .._procs.table import ProcTable, table_for
+from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
 from .actor import EndpointProperty, check_actor_class
 from .creator import ROOT_CREATOR
@@ -36,10 +38,12 @@ from .endpoint import ActorEndpoint
 from .mesh_ops import MeshOps
 from .proc_control import (
     host_agent,
+    host_command,
     shutdown_context,
     start_procs,
     stop_procs,
     when_started,
+    worker_agent,
 )
 
 __all__ = ["ActorMesh", "HostMesh", "ProcMesh", "this_host", "this_proc"]
@@ -66,7 +70,11 @@ class HostMesh(MeshOps):
     """A mesh of hosts: ``this_host()`` is the one this code runs on;
     ``attach_to_workers`` gives one of hosts on other machines.
 
-    Made by those two functions rather than by user code.
+    Made by those two functions rather than by user code. The mesh
+    ``attach_to_workers`` returned *owns* its hosts: ``stop()`` and
+    ``shutdown()`` work on it. A slice of it, or a copy received from
+    another process, is a *reference*: it spawns processes, but stopping or
+    shutting down through it raises ``RuntimeError``.
 
     Args:
         shape: the mesh's shape, over host ranks.
@@ -75,6 +83,9 @@ class HostMesh(MeshOps):
         name: the mesh's name, for display.
         spawned: the proc meshes spawned on these hosts so far (shared with
             slices of the mesh, so ``stop`` reaches them all).
+        owned: whether this mesh owns its hosts (may stop and shut them down).
+        bootstrap: the command processes spawned here are launched with,
+            unless ``spawn_procs`` names one (``None``: forked from the host's agent).
     """
 
     def __init__(
@@ -83,17 +94,66 @@ class HostMesh(MeshOps):
         agents: list[Any],
         name: str = "hosts",
         spawned: list[ProcMesh] | None = None,
+        owned: bool = False,
+        bootstrap: BootstrapCommand | None = None,
     ) -> None:
         self._shape = shape
         self._agents = agents  # per host rank: a callable giving its agent
         self._name = name
         self._spawned = spawned if spawned is not None else []  # shared with slices
+        self._owned = owned
+        self._bootstrap = bootstrap
+        self._shut_down = False
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(shape, self._agents, self._name, self._spawned)
+        self._check_up()
+        if shape == self._shape:
+            return self
+        return HostMesh(shape, self._agents, self._name, self._spawned, False, self._bootstrap)
+
+    def _check_up(self) -> None:
+        if self._shut_down:
+            raise RuntimeError("HostMesh has already been shut down")
 
     def _hosts(self) -> list[Any]:
         return [self._agents[rank]() for rank in self._shape.ndslice]
+
+    @property
+    def stream_logs(self) -> bool:
+        """Whether the hosts stream their processes' output to this script on
+        their own: always ``False``, as in Monarch (use ``ProcMesh.logging_option``)."""
+        return False
+
+    @property
+    def is_fake_in_process(self) -> bool:
+        """Whether this mesh only simulates hosts inside this process: always
+        ``False`` (every process a host mesh spawns is a real OS process)."""
+        return False
+
+    def with_python_executable(self, python_executable: str) -> HostMesh:
+        """The same hosts, launching their processes with another Python interpreter.
+
+        Each process spawned through the returned mesh is launched by
+        ``python_executable -m monarch_actor._procs.zygote ...`` (a wrapper
+        script that ends by executing Python works too), and so is each one
+        its actors spawn through ``this_host()``. That interpreter must be
+        able to import this runtime.
+
+        Args:
+            python_executable: the interpreter (a path, or a name looked up on ``PATH``).
+
+        Returns:
+            A new host mesh over the same hosts; this one is unchanged.
+
+        Raises:
+            TypeError: ``python_executable`` is not a non-empty string.
+            RuntimeError: the mesh was shut down.
+        """
+        self._check_up()
+        base = default_bootstrap_cmd()
+        command = BootstrapCommand(python_executable, None, base.args, base.env, base.inherit_env)
+        mesh = HostMesh(self._shape, self._agents, self._name, self._spawned, self._owned, command)
+        return mesh
 
     def spawn_procs(
         self,
@@ -101,7 +161,7 @@ class HostMesh(MeshOps):
         bootstrap: Callable[[], Any] | None = None,
         name: str | None = None,
         proc_bind: list[dict[str, str]] | None = None,
-        bootstrap_command: Any = None,
+        bootstrap_command: BootstrapCommand | Callable[[Point], BootstrapCommand] | None = None,
     ) -> ProcMesh:
         """Start processes on every host: ``per_host={"gpus": 8}`` gives each host 8.
 
@@ -117,8 +177,14 @@ class HostMesh(MeshOps):
             proc_bind: one CPU binding per process of a host, in row-major
                 order of ``per_host``: dicts with ``cpus``/``physcpubind`` (a CPU
                 list such as ``"0-3,8"``) or ``cpunodebind`` (NUMA nodes).
-            bootstrap_command: not supported (processes are forked from the host's
-                agent); anything but ``None`` raises ``ValueError``.
+            bootstrap_command: the command that launches each process (a
+                ``BootstrapCommand``, usually ``default_bootstrap_cmd()`` with changes),
+                or a function giving one for each process's ``Point`` in the new
+                mesh. The host's agent starts that command (in the host's
+                environment, with the command's ``env`` on top) instead of
+                forking the process, and the command must end by running this
+                runtime's fork server module with the arguments the host adds.
+                ``None``: the mesh's own command (``with_python_executable``), or forked.
 
         Returns:
             The proc mesh, of extent the host mesh's dimensions plus ``per_host``'s.
@@ -126,8 +192,10 @@ class HostMesh(MeshOps):
         Raises:
             ValueError: a ``per_host`` size is not an int >= 1 or its name is
                 already a dimension of the host mesh; ``proc_bind`` does not have one
-                valid entry per process of a host; ``bootstrap_command`` is given.
-            TypeError: ``bootstrap`` is not callable, or a ``proc_bind`` entry is not a dict.
+                valid entry per process of a host.
+            TypeError: ``bootstrap`` is not callable, a ``proc_bind`` entry is not a
+                dict, or ``bootstrap_command`` is not (and does not give) a ``BootstrapCommand``.
+            RuntimeError: the host mesh was shut down.
         """
         per_host = dict(per_host or {})
         for label, size in per_host.items():
@@ -145,36 +213,59 @@ class HostMesh(MeshOps):
                     f"per_host dimension {label!r} is already a dimension of the host mesh"
                 )
         if proc_bind is not None:
-            if len(proc_bind) != _product(per_host.values()):
+            local = _product(per_host.values())
+            if len(proc_bind) != local:
                 raise ValueError(
-                    f"proc_bind has {len(proc_bind)} entries for "
-                    f"{_product(per_host.values())} processes per host"
+                    f"proc_bind length ({len(proc_bind)}) must equal procs_per_host ({local}): "
+                    f"give one binding per process of a host, in row-major order of per_host"
                 )
             for binding in proc_bind:
                 check_binding(binding)
-        if bootstrap_command is not None:
-            raise ValueError(
-                "bootstrap_command is not supported: processes are forked from the host agent, "
-                "not launched by a command; run setup code in each process with bootstrap=..."
-            )
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a callable, got {type(bootstrap).__name__}")
+        self._check_up()
         labels = self._shape.labels + list(per_host)
         sizes = list(self._shape.extent.sizes) + list(per_host.values())
         shape = Shape(labels, Slice.new_row_major(sizes))
+        commands = _commands(bootstrap_command or self._bootstrap, shape)
         name = name or "anon"
         table = ProcTable(f"{name}-{uuid.uuid4().hex[:12]}", name, len(shape))
         hosts = self._hosts()
         procs = ProcMesh(table, shape, self)
         Supervision.of(get_runtime()).adopt(procs, "proc")
         self._spawned.append(procs)
-        start_procs(hosts, table, per_host, bootstrap, proc_bind)
+        start_procs(hosts, table, per_host, bootstrap, proc_bind, commands, self._bootstrap)
         return procs
+
+    def _check_owner(self, verb: str) -> None:
+        if not self._owned:
+            raise RuntimeError(f"cannot {verb} `HostMesh` that is a reference instead of owned")
 
     def stop(self) -> Future[None]:
         """Stop every proc mesh spawned on these hosts (their actors'
-        ``__cleanup__`` runs); the hosts stay, ready for more."""
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        ``__cleanup__`` runs); the hosts stay, ready for more.
+
+        As in Monarch, the stop starts when the returned future is first
+        looked at (``get``, ``await``, a callback): a future dropped unseen
+        stops nothing.
+
+        Returns:
+            A future resolved once the processes have stopped; it raises
+            ``RuntimeError`` when this mesh is a reference (a slice, or a copy
+            received from another process) or was shut down.
+        """
+        return Future._of(_Deferred(self._stop_now))
+
+    def _stop_now(self, done: concurrent.futures.Future[None]) -> None:
+        try:
+            self._check_owner("stop")
+            self._check_up()
+        except RuntimeError as error:
+            done.set_exception(error)
+            return
+        self._stop_spawned(done)
+
+    def _stop_spawned(self, done: concurrent.futures.Future[None]) -> None:
         meshes, self._spawned[:] = list(self._spawned), []
 
         def run() -> None:
@@ -186,20 +277,42 @@ class HostMesh(MeshOps):
                 done.set_exception(error)
 
         threading.Thread(target=run, daemon=True, name="monarch-host-stop").start()
-        return Future._of(done)
 
     def shutdown(self) -> Future[None]:
         """Stop every process this script started on these hosts; workers on
-        other machines then exit (``run_worker_loop_forever`` returns)."""
+        other machines then exit (``run_worker_loop_forever`` returns). The
+        mesh cannot be used afterwards.
+
+        As in Monarch, the shutdown starts when the returned future is first
+        looked at (``get``, ``await``, a callback): a future dropped unseen
+        shuts nothing down.
+
+        Returns:
+            A future resolved once the hosts are down; it raises
+            ``RuntimeError`` when this mesh is a reference (a slice, or a copy
+            received from another process) or was shut down already.
+        """
+        return Future._of(_Deferred(self._shutdown_now))
+
+    def _shutdown_now(self, done: concurrent.futures.Future[None]) -> None:
+        try:
+            self._check_owner("shut down")
+            self._check_up()
+        except RuntimeError as error:
+            done.set_exception(error)
+            return
+        self._shut_down = True
         hosts = self._hosts()
         if not any(isinstance(agent, RemoteAgent) for agent in hosts):
-            return shutdown_context()
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
-        stopping = self.stop()
+            _chain(shutdown_context(), done)
+            return
+        stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stop_spawned(stopped)
 
         def run() -> None:
             try:
-                stopping.get()
+                stopped.result()
+                _stop_meshes_on(hosts, "the host mesh was shut down")
                 for agent in hosts:
                     if isinstance(agent, RemoteAgent):
                         agent.shutdown()
@@ -211,11 +324,15 @@ class HostMesh(MeshOps):
                 done.set_exception(error)
 
         threading.Thread(target=run, daemon=True, name="monarch-host-shutdown").start()
-        return Future._of(done)
 
     @property
     def initialized(self) -> Future[bool]:
-        """``True`` once every host's worker answered; raises if one cannot be reached."""
+        """``True`` once every host's worker answered; raises if one cannot be reached.
+
+        Raises:
+            RuntimeError: the mesh was shut down.
+        """
+        self._check_up()
         done: concurrent.futures.Future[bool] = concurrent.futures.Future()
 
         def run() -> None:
@@ -231,13 +348,181 @@ class HostMesh(MeshOps):
         return Future._of(done)
 
     async def __aenter__(self) -> HostMesh:
+        self._check_up()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
+        if not self._shut_down:  # nested ``async with`` blocks shut down once
+            await self.shutdown()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self._check_up()
+        s = self._shape.ndslice
+        return (
+            _host_mesh_ref,
+            (
+                self._shape.labels,
+                (s.offset, s.sizes, s.strides),
+                [_host_ref(agent) for agent in self._agents],
+                self._name,
+                self._bootstrap,
+            ),
+        )
 
     def __repr__(self) -> str:
         return f"HostMesh({self._shape.extent})"
+
+
+def _stop_meshes_on(hosts: list[Any], reason: str) -> None:
+    """Stop every proc mesh this process started with a process on one of
+    ``hosts`` (spawned through a copy or a slice of the host mesh too), so
+    that none is reported lost when the hosts go."""
+    runtime = get_runtime()
+    going = {id(agent) for agent in hosts}
+    stopping = [
+        stop_procs(table, list(range(table.size)), reason)
+        for table in list(runtime.get(ProcTables).values())
+        if table.owned
+        and not table.stopped
+        and any(id(agent) in going for agent in list(table.agents.values()))
+    ]
+    for future in stopping:
+        future.get()
+
+
+class _Deferred(concurrent.futures.Future[Any]):
+    """A future whose work starts when it is first looked at (result,
+    exception, done, a callback, ``await``), as Monarch's teardown futures:
+    one dropped unseen never runs ``start``."""
+
+    def __init__(self, start: Callable[[concurrent.futures.Future[Any]], None]) -> None:
+        super().__init__()
+        self._start: Callable[[concurrent.futures.Future[Any]], None] | None = start
+        self._start_lock = threading.Lock()
+
+    def _kick(self) -> None:
+        with self._start_lock:
+            start, self._start = self._start, None
+        if start is not None:
+            try:
+                start(self)
+            except BaseException as error:
+                if not super().done():
+                    self.set_exception(error)
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._kick()
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._kick()
+        return super().exception(timeout)
+
+    def done(self) -> bool:
+        self._kick()
+        return super().done()
+
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
+        self._kick()
+        super().add_done_callback(fn)
+
+
+def _chain(source: Future[None], done: concurrent.futures.Future[None]) -> None:
+    def settle(_: object) -> None:
+        error = source.exception()
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(None)
+
+    source.add_done_callback(settle)
+
+
+def _commands(
+    command: BootstrapCommand | Callable[[Point], BootstrapCommand] | None, shape: Shape
+) -> list[dict[str, Any] | None] | None:
+    """Each process's bootstrap command as its host receives it, or ``None`` (all forked)."""
+    if command is None:
+        return None
+    if not isinstance(command, BootstrapCommand) and not callable(command):
+        raise TypeError(
+            "bootstrap_command is a BootstrapCommand (see default_bootstrap_cmd()) or a "
+            f"function of a Point giving one, got {type(command).__name__}"
+        )
+    specs: list[dict[str, Any] | None] = []
+    for rank in range(len(shape)):
+        if isinstance(command, BootstrapCommand):
+            made: object = command
+        else:
+            made = command(Point(rank, shape.extent))
+        if not isinstance(made, BootstrapCommand):
+            raise TypeError(
+                f"bootstrap_command gave {type(made).__name__} for rank {rank}, "
+                "not a BootstrapCommand"
+            )
+        specs.append(command_spec(made))
+    return specs
+
+
+class _WorkerRef:
+    """A worker's host agent named by its address: in a process that
+    received a host mesh, attached on first use."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def __call__(self) -> RemoteAgent:
+        return worker_agent(self.address)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_WorkerRef, (self.address,))
+
+
+class _LocalHostRef:
+    """The host agent of the machine a host mesh was made on, as another
+    process on that machine reaches it: its own agent there."""
+
+    def __init__(self, hostname: str) -> None:
+        self.hostname = hostname
+
+    def __call__(self) -> HostAgent:
+        if self.hostname != HostAgent.hostname:
+            raise RuntimeError(
+                f"this host mesh's host {self.hostname} was this_host() of a process there; "
+                f"processes cannot be started on it from {HostAgent.hostname}: spawn them on a "
+                "host mesh of workers (attach_to_workers), which any process of the job can reach"
+            )
+        return host_agent()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_LocalHostRef, (self.hostname,))
+
+
+def _host_ref(agent: Any) -> Any:
+    """What a host mesh's agent becomes in a pickle."""
+    if isinstance(agent, (_WorkerRef, _LocalHostRef)):
+        return agent
+    if agent is host_agent:  # this_host(): not started just to be pickled
+        return _LocalHostRef(HostAgent.hostname)
+    found = agent()
+    if isinstance(found, RemoteAgent):
+        return _WorkerRef(found.address)
+    if isinstance(found, HostAgent):
+        return _LocalHostRef(found.hostname)
+    raise TypeError(f"a host mesh over {type(found).__name__} agents cannot be pickled")
+
+
+def _host_mesh_ref(
+    labels: list[str],
+    s: tuple[int, list[int], list[int]],
+    agents: list[Any],
+    name: str,
+    bootstrap: BootstrapCommand | None,
+) -> HostMesh:
+    """A host mesh received from another process: a reference to the same hosts."""
+    offset, sizes, strides = s
+    shape = Shape(labels, Slice(offset=offset, sizes=sizes, strides=strides))
+    return HostMesh(shape, agents, name, None, False, bootstrap)
 
 
 def _product(values: Any) -> int:
@@ -598,8 +883,11 @@ def this_proc() -> ProcMesh:
 
 
 def this_host() -> HostMesh:
-    """The host this code runs on, as a mesh with no dimensions."""
-    return HostMesh(Shape.unity(), [host_agent])
+    """The host this code runs on, as a mesh with no dimensions.
+
+    In a process spawned through ``HostMesh.with_python_executable``, it
+    launches processes with that interpreter too."""
+    return HostMesh(Shape.unity(), [host_agent], owned=True, bootstrap=host_command())
 
 
 def as_endpoint(

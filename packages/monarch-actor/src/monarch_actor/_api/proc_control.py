@@ -26,8 +26,9 @@ from .._core.progress import progress, shows_progress
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
+from .._procs.bootstrap import BootstrapCommand
 from .._procs.logs import drain_output, flush_lines, set_log_mode
-from .._procs.remote import RemoteAgent
+from .._procs.remote import RemoteAgent, RemoteAgents
 from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
 from .local_actors import LocalActors
@@ -35,12 +36,17 @@ from .local_actors import LocalActors
 __all__ = [
     "PROC_ENTRY",
     "host_agent",
+    "host_command",
     "install_proc_handlers",
     "install_ready_handler",
+    "on_worker_exit",
+    "remote_agents",
+    "set_host_command",
     "start_procs",
     "stop_everything",
     "stop_procs",
     "when_started",
+    "worker_agent",
 ]
 
 log = logging.getLogger("monarch.actor.controller")
@@ -60,6 +66,40 @@ def host_agent() -> HostAgent:
     return local_agent(lambda *exit: proc_exited(runtime, *exit), PROC_ENTRY)
 
 
+def worker_agent(address: str) -> RemoteAgent:
+    """The agent of the worker at ``address``, attached on first use (a host
+    mesh received from another process reaches its workers this way)."""
+    runtime = get_runtime()
+    registry = runtime.run_sync(remote_agents, runtime)
+    agent: RemoteAgent = runtime.run_sync(registry.attach, address, on_worker_exit(runtime))
+    return agent
+
+
+def remote_agents(runtime: Runtime) -> RemoteAgents:
+    """The workers this process attached to (made on first use; on the loop)."""
+    found = runtime.services.get(RemoteAgents)
+    return found if found is not None else runtime.provide(RemoteAgents(runtime))
+
+
+def on_worker_exit(runtime: Runtime) -> Any:
+    """What a worker's report of an exited (or lost) process does here."""
+    return lambda table, rank, code, why: proc_exited(runtime, table, rank, code, why)
+
+
+_host_command: list[BootstrapCommand | None] = [None]  # this proc's host mesh's command
+
+
+def set_host_command(command: BootstrapCommand | None) -> None:
+    """In a proc: the bootstrap command its host mesh launches processes with
+    (``HostMesh.with_python_executable``), which its ``this_host()`` keeps."""
+    _host_command[0] = command
+
+
+def host_command() -> BootstrapCommand | None:
+    """The bootstrap command ``this_host()`` launches processes with here (``None``: forked)."""
+    return _host_command[0]
+
+
 LARGE_MESH = 16  # procs: a mesh this large shows its start on the terminal
 
 
@@ -77,10 +117,16 @@ def start_procs(
     per_host: dict[str, int],
     bootstrap: Any,
     proc_bind: list[dict[str, str]] | None = None,
+    commands: list[dict[str, Any] | None] | None = None,
+    host_command: BootstrapCommand | None = None,
 ) -> None:
     """Ask each host's agent (``hosts[i]``, a ``HostAgent`` here or a
     ``RemoteAgent`` on another host) for its processes of ``table``; they
-    tell us when they listen. Returns at once."""
+    tell us when they listen. Returns at once.
+
+    ``commands[rank]`` (a ``command_spec``) is the bootstrap command that
+    launches that process (``None``: forked as it is); ``host_command`` is
+    what the processes' own ``this_host()`` launches theirs with."""
     runtime = get_runtime()
     table.owned = True
     table.hostname = socket.gethostname()
@@ -121,8 +167,9 @@ def start_procs(
                 "root": runtime.root,
                 "heartbeat": beat_every,
                 "config": monarch_config.runtime_values(),  # what configure() set here
+                "host_command": host_command,
             }
-            agent.spawn(table, rank, info)
+            agent.spawn(table, rank, info, commands[rank] if commands else None)
 
     remote = [agent.ready for agent in hosts if isinstance(agent, RemoteAgent)]
     if not remote:

@@ -86,16 +86,27 @@ class HostAgent:
         self.events = read
         threading.Thread(target=self._read_events, name="monarch-host-agent", daemon=True).start()
 
-    def spawn(self, table: Any, rank: int, info: dict[str, Any]) -> None:
-        """Fork a process for ``rank`` of ``table``, to run with ``info``."""
-        self.spawn_blob(table, rank, start_blob(info))
+    def spawn(
+        self, table: Any, rank: int, info: dict[str, Any], command: dict[str, Any] | None = None
+    ) -> None:
+        """Fork a process for ``rank`` of ``table``, to run with ``info``;
+        with ``command`` (``command_spec``), the forked child executes it."""
+        self.spawn_blob(table, rank, start_blob(info), command)
 
-    def spawn_blob(self, table: Any, rank: int, blob: bytes) -> None:
+    def spawn_blob(
+        self, table: Any, rank: int, blob: bytes, command: dict[str, Any] | None = None
+    ) -> None:
         """Fork a process from an encoded start (``start_blob``), as a worker
-        receives it from a controller on another host."""
+        receives it from a controller on another host; with ``command``, the
+        child executes that bootstrap command, which then becomes the process."""
         request = next(self.ids)
         self.spawning[request] = (table, rank)
-        self._command({"op": "spawn", "id": request, "blob": blob})
+        order: dict[str, Any] = {"op": "spawn", "id": request, "blob": blob}
+        if command is not None:
+            # the host's environment is this process's, as it is now (the fork server's
+            # was fixed when it started)
+            order["command"] = {**command, "base": dict(os.environ)}
+        self._command(order)
 
     def kill(self, pid: int, sig: int = 9) -> None:
         self._command({"op": "kill", "pid": pid, "sig": sig})

@@ -14,9 +14,21 @@ from collections.abc import Mapping, Sequence
 
 from .._core.config import PRELOAD
 
-__all__ = ["FORK_SERVER_MODULE", "BootstrapCommand", "default_bootstrap_cmd"]
+__all__ = [
+    "FORK_SERVER_MODULE",
+    "PROC_FLAG",
+    "RUNTIME_PREFIXES",
+    "BootstrapCommand",
+    "command_spec",
+    "default_bootstrap_cmd",
+    "proc_environment",
+]
 
 FORK_SERVER_MODULE = "monarch_actor._procs.zygote"
+PROC_FLAG = "--proc"  # the fork server's arguments for one process launched by a command
+# variables of the runtime itself: a command that does not inherit the host's
+# environment still gets these, or its process could not join the job
+RUNTIME_PREFIXES = ("MONARCH_", "HYPERACTOR_")
 
 
 class BootstrapCommand:
@@ -130,3 +142,39 @@ def default_bootstrap_cmd() -> BootstrapCommand:
     return BootstrapCommand(
         sys.executable, None, ["-m", FORK_SERVER_MODULE], {PRELOAD.env[0]: preload}
     )
+
+
+def command_spec(command: BootstrapCommand) -> dict[str, object]:
+    """``command`` as plain data (msgpack-able), as a host's fork server receives it."""
+    return {
+        "program": command.program,
+        "argv": command.argv(),
+        "env": dict(command.env),
+        "inherit": bool(command.inherit_env),
+    }
+
+
+def proc_environment(spec: Mapping[str, object], base: Mapping[str, str]) -> dict[str, str]:
+    """The environment a process launched by the command ``spec`` runs in.
+
+    Args:
+        spec: a command as ``command_spec`` gives it.
+        base: the environment of the host's fork server (the host's own).
+
+    Returns:
+        ``base`` (with ``inherit_env``; otherwise only the runtime's own
+        ``MONARCH_*``/``HYPERACTOR_*`` variables of it), then the command's
+        variables set or removed.
+    """
+    if spec.get("inherit", True):
+        made = dict(base)
+    else:
+        made = {k: v for k, v in base.items() if k.startswith(RUNTIME_PREFIXES)}
+    env = spec.get("env") or {}
+    assert isinstance(env, Mapping)
+    for name, value in env.items():
+        if value is None:
+            made.pop(name, None)
+        else:
+            made[str(name)] = str(value)
+    return made

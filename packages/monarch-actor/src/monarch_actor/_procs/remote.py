@@ -99,17 +99,21 @@ class RemoteAgent:
         if self.lost is None and not self.ready.done():
             self.hello()
 
-    def spawn(self, table: Any, rank: int, info: dict[str, Any]) -> None:
-        """Ask the worker to fork a process for ``rank`` of ``table``."""
+    def spawn(
+        self, table: Any, rank: int, info: dict[str, Any], command: dict[str, Any] | None = None
+    ) -> None:
+        """Ask the worker to fork a process for ``rank`` of ``table`` (which
+        executes ``command``, a ``command_spec``, when one is given)."""
         request = next(self.ids)
         blob = start_blob(info)
+        extra = {} if command is None else {"command": command}
 
         def go() -> None:
             if self.lost is not None:
                 self.on_exit(table, rank, None, self.lost)
                 return
             self.requests[request] = (table, rank)
-            self._send("spawn", blob, **{Key.REQUEST: request})
+            self._send("spawn", blob, **{Key.REQUEST: request}, **extra)
 
         self.runtime.call_soon(go)
 

@@ -82,7 +82,8 @@ class HostService:
                 controller, _Started(controller, self.runtime.address)
             )
             blob: bytes = decode(frames)[1]  # type: ignore[assignment]
-            self._agent().spawn_blob(started, header[Key.REQUEST], blob)
+            command = header.get("command")
+            self._agent().spawn_blob(started, header[Key.REQUEST], blob, command)
         elif op == "kill":
             known = self.started.get(controller)
             if known is not None and header[Key.PID] in known.pids.values():

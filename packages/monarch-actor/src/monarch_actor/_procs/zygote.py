@@ -6,8 +6,13 @@ instead of paying for a fresh interpreter and its imports. It stays single
 threaded (no event loop, no sockets) so that forking is safe.
 
 Commands arrive as msgpack maps on stdin; events go out on the descriptor
-named in argv. When the controller goes away (stdin closes, or the kernel
-signals that the parent died), every proc it started is killed: no orphans.
+named in argv. A spawn that names a command
+(``spawn_procs(bootstrap_command=...)``) is forked too, but the child then
+executes that command, which runs this module again with ``--proc FD
+ENTRY``: the new interpreter reads its start from FD and becomes the proc,
+still this server's child. When the controller goes away (stdin closes, or
+the kernel signals that the parent died), every proc it started is killed:
+no orphans.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import select
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -28,6 +34,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 
 from .._core.private import alive
+from .bootstrap import PROC_FLAG, proc_environment
 from .finalize import finalize, forget_inherited_exit_handlers
 from .logs import release_output
 
@@ -91,6 +98,8 @@ class Zygote:
         if op == "spawn":
             pid = os.fork()
             if pid == 0:
+                if command.get("command"):
+                    self.launch_proc(command["command"], command["blob"])
                 self.become_proc(command["blob"])
             self.children.add(pid)
             self.emit({"ev": "spawned", "id": command["id"], "pid": pid})
@@ -117,31 +126,49 @@ class Zygote:
                 event["why"] = why
             self.emit(event)
 
+    def leave_server(self) -> None:
+        """In a forked child: drop what belongs to the server."""
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in (self.events_fd, self.wake_r, self.wake_w):
+            os.close(fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        die_with_parent(signal.SIGKILL)
+
     def become_proc(self, blob: bytes) -> None:
         code = 1
         try:
-            signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
-            for fd in (self.events_fd, self.wake_r, self.wake_w):
-                os.close(fd)
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, 0)
-            os.close(devnull)
-            die_with_parent(signal.SIGKILL)
-            module, _, function = self.entry.partition(":")
-            inherited = forget_inherited_exit_handlers()
-            code = getattr(importlib.import_module(module), function)(blob)
-            if code == 0:
-                finalize(inherited)
+            self.leave_server()
+            code = run_entry(self.entry, blob, forked=True)
         except BaseException:
-            text = traceback.format_exc()
-            release_output()
-            sys.stderr.write(text)
-            leave_last_words(text)
+            fail_to_start()
         finally:
             release_output()
             os._exit(code)
+
+    def launch_proc(self, spec: dict[str, Any], blob: bytes) -> None:
+        """In a forked child: execute the command ``spec`` (``command_spec``),
+        handing it the start ``blob`` through an unnamed file it inherits."""
+        try:
+            self.leave_server()
+            # it stays open through the exec: the new interpreter reads it
+            carrier = tempfile.TemporaryFile(dir=os.environ.get("MONARCH_JOB_DIR") or None)  # noqa: SIM115
+            carrier.write(blob)
+            carrier.flush()
+            fd = carrier.fileno()
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.set_inheritable(fd, True)
+            argv = [*spec["argv"], PROC_FLAG, str(fd), self.entry]
+            base = {**os.environ, **spec["base"]} if spec.get("base") else os.environ
+            os.execvpe(spec["program"], argv, proc_environment(spec, base))
+        except BaseException:
+            fail_to_start(f"the bootstrap command {spec.get('argv')!r} could not be executed:\n")
+        finally:
+            release_output()
+            os._exit(1)
 
     def exit(self) -> None:
         for pid in list(self.children):
@@ -160,6 +187,42 @@ class Zygote:
         if folder and owns_folder and not alive(self.controller):  # died without cleaning up
             shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)
+
+
+def run_entry(entry: str, blob: bytes, forked: bool = False) -> int:
+    """Run a proc's ``entry`` ("module:function") with its start ``blob``; when
+    it ends cleanly, run the process's exit handlers and finalizers (it ends
+    with ``os._exit``). A ``forked`` proc first drops the handlers it inherited
+    from the fork server."""
+    started_with = forget_inherited_exit_handlers() if forked else frozenset(sys.modules)
+    module, _, function = entry.partition(":")
+    code = int(getattr(importlib.import_module(module), function)(blob))
+    if code == 0:
+        finalize(started_with)
+    return code
+
+
+def fail_to_start(prefix: str = "") -> None:
+    """In a proc that failed while starting: say why on stderr, and leave it for its owner."""
+    text = prefix + traceback.format_exc()
+    release_output()
+    sys.stderr.write(text)
+    leave_last_words(text)
+
+
+def proc_from_command(fd: int, entry: str) -> None:
+    """A proc launched by a bootstrap command: read the start from ``fd``, then serve."""
+    code = 1
+    try:
+        die_with_parent(signal.SIGKILL)
+        with os.fdopen(fd, "rb") as carrier:
+            blob = carrier.read()
+        code = run_entry(entry, blob)
+    except BaseException:
+        fail_to_start()
+    finally:
+        release_output()
+        os._exit(code)
 
 
 LAST_WORDS_LIMIT = 4000  # characters of a failed proc's traceback kept for its error
@@ -194,6 +257,8 @@ def last_words(pid: int) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == [PROC_FLAG]:
+        proc_from_command(int(sys.argv[2]), sys.argv[3])
     die_with_parent(signal.SIGTERM)
     events_fd, entry = int(sys.argv[1]), sys.argv[2]
     if os.getppid() == 1:  # the controller died before we got here

@@ -16,7 +16,18 @@ Examples:
     5.0
 """
 
-from ._kinds import Bool, Choice, Duration, Int, Kind, Size, Text, format_duration, parse_duration
+from ._kinds import (
+    Bool,
+    Choice,
+    Duration,
+    Float,
+    Int,
+    Kind,
+    Size,
+    Text,
+    format_duration,
+    parse_duration,
+)
 from ._reference import reference_markdown
 from ._registry import (
     ENTRY_POINT_GROUP,
@@ -34,12 +45,15 @@ from ._registry import (
 )
 from ._testing import Encoding, parametrize_config, parametrize_config_pointwise
 
+from . import _monarch  # noqa: F401  (Monarch's settings this runtime has no mechanism for)
+
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Bool",
     "Choice",
     "Duration",
     "Encoding",
+    "Float",
     "Int",
     "Kind",
     "Setting",

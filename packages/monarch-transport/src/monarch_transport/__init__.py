@@ -19,7 +19,7 @@ authentication on the job's secret. No actor concepts live here.
 
 # the built-in backends register themselves when imported
 from . import _inproc, _nng, _socket  # noqa: F401
-from ._address import Address, ChannelTransport
+from ._address import Address, BindSpec, ChannelTransport
 from ._auth import SECRET_ENV, job_secret
 from ._codec import decode, decode_header, encode, encode_header
 from ._errors import (
@@ -57,6 +57,7 @@ __all__ = [
     "AddressError",
     "AuthenticationError",
     "HandshakeRefused",
+    "BindSpec",
     "ChannelTransport",
     "ConnectError",
     "DecodeError",

@@ -196,7 +196,7 @@ def test_float_kind() -> None:
     assert rate.check(1) == 1.0 and rate.parse(" 0.5 ") == 0.5
     with pytest.raises(TypeError):
         rate.check(True)
-    with pytest.raises(ValueError, match="at most 1.0"):
+    with pytest.raises(ValueError, match=r"at most 1\.0"):
         rate.check(1.5)
     with pytest.raises(ValueError, match="finite"):
         rate.check(float("nan"))

@@ -16,6 +16,7 @@ Examples:
     5.0
 """
 
+from . import _monarch  # noqa: F401  (Monarch's settings this runtime has no mechanism for)
 from ._kinds import (
     Bool,
     Choice,
@@ -44,8 +45,6 @@ from ._registry import (
     settings,
 )
 from ._testing import Encoding, parametrize_config, parametrize_config_pointwise
-
-from . import _monarch  # noqa: F401  (Monarch's settings this runtime has no mechanism for)
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -337,7 +337,9 @@ def _text_duration(value: Any) -> float:
     except ValueError:
         pass
     else:
-        raise TypeError(f"Invalid duration format: {value!r} has no unit (write e.g. '{value.strip()}s')")
+        raise TypeError(
+            f"Invalid duration format: {value!r} has no unit (write e.g. '{value.strip()}s')"
+        )
     try:
         return parse_duration(value)
     except ValueError:

@@ -55,7 +55,9 @@ def _d(text: str) -> float:
     return Duration(units_required=True).check(text)
 
 
-_DURATION: Final = Duration(positive=False, units_required=True)
+_DURATION: Final = Duration(
+    what="a duration with units ('30s', '5m', '1h 30m')", positive=False, units_required=True
+)
 _COUNT: Final = Int(minimum=0)
 _NONZERO: Final = Int(minimum=1)
 

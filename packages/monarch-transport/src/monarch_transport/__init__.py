@@ -19,8 +19,9 @@ authentication on the job's secret. No actor concepts live here.
 
 # the built-in backends register themselves when imported
 from . import _inproc, _nng, _socket  # noqa: F401
-from ._address import Address, BindSpec, ChannelTransport
+from ._address import Address, ChannelTransport
 from ._auth import SECRET_ENV, job_secret
+from ._bindspec import BindSpec
 from ._codec import decode, decode_header, encode, encode_header
 from ._errors import (
     AddressError,

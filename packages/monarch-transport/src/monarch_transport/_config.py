@@ -3,22 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from monarch_config import Choice, Kind, Size, Text, declare
+from monarch_config import Choice, Size, Text, declare
 
-from ._address import BindSpec, ChannelTransport
-
-__all__ = [
-    "BACKEND",
-    "DEFAULT_TRANSPORT",
-    "INTEGRITY",
-    "MAX_MESSAGE_SIZE",
-    "TLS_CA",
-    "TLS_CERT",
-    "TLS_KEY",
-]
+__all__ = ["BACKEND", "INTEGRITY", "MAX_MESSAGE_SIZE", "TLS_CA", "TLS_CERT", "TLS_KEY"]
 
 _OWNER: Final = "monarch-transport"
 
@@ -76,30 +65,3 @@ TLS_KEY = declare(
     owner=_OWNER,
 )
 
-
-@dataclass(frozen=True)
-class _BindSpecKind(Kind):
-    """A ``BindSpec``: ``configure`` takes a ``ChannelTransport``, a name or an address."""
-
-    what: str = "a ChannelTransport, 'tcp', 'unix', 'local' or an address"
-
-    def parse(self, text: str) -> BindSpec:
-        return BindSpec(text.strip())
-
-    def check(self, value: Any) -> BindSpec:
-        return value if isinstance(value, BindSpec) else BindSpec(value)
-
-
-DEFAULT_TRANSPORT = declare(
-    "default_transport",
-    _BindSpecKind(),
-    BindSpec(ChannelTransport.Unix),
-    env="HYPERACTOR_MESH_DEFAULT_TRANSPORT",
-    doc="Where this process and the procs spawned afterwards listen when nothing else "
-    "says: a kind of channel (`ChannelTransport.Unix`, `\"tcp\"` for this host's name, "
-    "`ChannelTransport.TcpWithLocalhost`, `\"local\"`) or an exact address (give port 0, "
-    "as every proc that inherits it binds it). `enable_transport(...)` in a process, and a "
-    "worker's `MONARCH_LISTEN_ADDRESS` for its procs, take precedence; listeners already "
-    "open stay where they are. `get_global_config()` shows it as a `BindSpec`.",
-    owner=_OWNER,
-)

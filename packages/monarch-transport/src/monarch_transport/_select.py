@@ -10,7 +10,8 @@ import os
 import threading
 
 from ._address import Address, ChannelTransport
-from ._config import BACKEND, DEFAULT_TRANSPORT
+from ._bindspec import DEFAULT_TRANSPORT
+from ._config import BACKEND
 from ._errors import AddressError
 from ._interface import Listener, Sender, Transport
 from ._registry import backend_class, choosable, scheme_owner

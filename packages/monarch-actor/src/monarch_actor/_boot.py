@@ -37,6 +37,7 @@ from ._api.proc_control import (
 )
 from ._api.singletons import Singletons
 from ._api.telemetry import start_telemetry
+from ._core.config import log_forwarding
 from ._core.future import Future
 from ._core.process import (
     LISTEN_ENV,
@@ -49,7 +50,7 @@ from ._core.process import (
 from ._core.router import Runtime
 from ._core.wire import Kind, ready_header
 from ._procs.binding import apply_binding
-from ._procs.logs import capture_output, flush_lines, show_lines
+from ._procs.logs import capture_output, flush_lines, set_forwarding, show_lines
 from ._procs.table import ProcTables
 from ._procs.worker import HostService
 from ._supervision.faults import before_fail_fast_exit
@@ -328,6 +329,8 @@ def proc_main(blob: bytes) -> int:
     wire(runtime)
     install_proc_handlers(runtime, owner)
     capture_output(runtime, owner, info["rank"], info["env"]["HYPERACTOR_PROCESS_NAME"])
+    if log_forwarding():  # enable_log_forwarding, as the spawning process had it
+        set_forwarding(True)
     runtime.send(
         owner, ready_header(info["mesh"], info["rank"], runtime.address, os.getpid()), None
     )

@@ -16,7 +16,19 @@ Examples:
     5.0
 """
 
-from ._kinds import Bool, Choice, Duration, Int, Kind, Size, Text, format_duration, parse_duration
+from . import _monarch  # noqa: F401  (Monarch's settings this runtime has no mechanism for)
+from ._kinds import (
+    Bool,
+    Choice,
+    Duration,
+    Float,
+    Int,
+    Kind,
+    Size,
+    Text,
+    format_duration,
+    parse_duration,
+)
 from ._reference import reference_markdown
 from ._registry import (
     ENTRY_POINT_GROUP,
@@ -40,6 +52,7 @@ __all__ = [
     "Choice",
     "Duration",
     "Encoding",
+    "Float",
     "Int",
     "Kind",
     "Setting",

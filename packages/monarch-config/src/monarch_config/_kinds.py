@@ -17,6 +17,7 @@ __all__ = [
     "Bool",
     "Choice",
     "Duration",
+    "Float",
     "Int",
     "Kind",
     "Size",
@@ -284,23 +285,30 @@ class Size(Int):
 class Duration(Kind):
     """A duration: seconds inside the program, ``"30s"``-style text outside.
 
-    ``configure`` takes text (``"5m"``) or a number of seconds.
+    ``configure`` takes text (``"5m"``) or a number of seconds; with
+    ``units_required`` (Monarch's own duration settings) only text with units,
+    as Monarch does: anything else is a ``TypeError``.
 
     Attributes:
         what: the kind in words.
         positive: whether zero is refused.
+        units_required: whether only text with units is a duration (``"30"``,
+            ``30`` and ``30.0`` are not).
     """
 
     what: str = "a duration ('30s', '5m', '1h 30m')"
     positive: bool = True
+    units_required: bool = False
 
     def parse(self, text: str) -> float:
         """A value from an environment variable's text (see ``Kind.parse``)."""
-        return self.check(parse_duration(text))
+        return self.check(text if self.units_required else parse_duration(text))
 
     def check(self, value: Any) -> float:
         """The value ``configure`` stores for ``value`` (see ``Kind.check``)."""
-        if isinstance(value, str):
+        if self.units_required:
+            value = _text_duration(value)
+        elif isinstance(value, str):
             value = parse_duration(value)
         elif isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(
@@ -315,6 +323,66 @@ class Duration(Kind):
     def show(self, value: Any) -> str:
         """``value`` as ``get_global_config`` shows it (see ``Kind.show``)."""
         return format_duration(value)
+
+
+def _text_duration(value: Any) -> float:
+    """Seconds in ``value``, a duration written with units (as Monarch takes them)."""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"expected a duration string such as '30s', '5m' or '1h 30m', "
+            f"got {type(value).__name__} {value!r}"
+        )
+    try:
+        float(value.strip())
+    except ValueError:
+        pass
+    else:
+        raise TypeError(
+            f"Invalid duration format: {value!r} has no unit (write e.g. '{value.strip()}s')"
+        )
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise TypeError(
+            f"Invalid duration format: {value!r} (write e.g. '30s', '5m', '1h 30m')"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Float(Kind):
+    """A number, from ``minimum`` to ``maximum`` where they are given; an int
+    is taken as the same float.
+
+    Attributes:
+        what: the kind in words.
+        minimum: the smallest value allowed.
+        maximum: the largest value allowed.
+    """
+
+    what: str = "a number"
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def parse(self, text: str) -> float:
+        """A value from an environment variable's text (see ``Kind.parse``)."""
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number") from None
+        return self.check(value)
+
+    def check(self, value: Any) -> float:
+        """The value ``configure`` stores for ``value`` (see ``Kind.check``)."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"expected a float, got {type(value).__name__} {value!r}")
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"must be a finite number, got {value!r}")
+        if self.minimum is not None and number < self.minimum:
+            raise ValueError(f"must be at least {self.minimum}, got {value!r}")
+        if self.maximum is not None and number > self.maximum:
+            raise ValueError(f"must be at most {self.maximum}, got {value!r}")
+        return number
 
 
 @dataclass(frozen=True)

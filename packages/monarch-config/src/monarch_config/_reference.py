@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,8 @@ def _cell(text: str) -> str:
 def _default(setting: Setting[Any]) -> str:
     if setting.default is None:
         return "unset"
+    if isinstance(setting.default, enum.Enum):
+        return f"`{type(setting.default).__name__}.{setting.default.name}`"
     return f"`{setting.kind.show(setting.default)!r}`".replace("'", '"')
 
 

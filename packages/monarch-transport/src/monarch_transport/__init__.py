@@ -21,6 +21,7 @@ authentication on the job's secret. No actor concepts live here.
 from . import _inproc, _nng, _socket  # noqa: F401
 from ._address import Address, ChannelTransport
 from ._auth import SECRET_ENV, job_secret
+from ._bindspec import BindSpec
 from ._codec import decode, decode_header, encode, encode_header
 from ._errors import (
     AddressError,
@@ -57,6 +58,7 @@ __all__ = [
     "AddressError",
     "AuthenticationError",
     "HandshakeRefused",
+    "BindSpec",
     "ChannelTransport",
     "ConnectError",
     "DecodeError",

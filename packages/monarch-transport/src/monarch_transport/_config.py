@@ -64,3 +64,4 @@ TLS_KEY = declare(
     doc="PEM file of this side's private key (`tls+tcp://` addresses).",
     owner=_OWNER,
 )
+

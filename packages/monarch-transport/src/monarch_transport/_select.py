@@ -10,6 +10,7 @@ import os
 import threading
 
 from ._address import Address, ChannelTransport
+from ._bindspec import DEFAULT_TRANSPORT
 from ._config import BACKEND
 from ._errors import AddressError
 from ._interface import Listener, Sender, Transport
@@ -32,7 +33,7 @@ class _Choice:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.backend: str | None = None
-        self.listen_on: ChannelTransport | Address = ChannelTransport.Unix
+        self.listen_on: ChannelTransport | Address | None = None  # None: default_transport
         self.used = False
         self.instances: dict[type[Transport], Transport] = {}
 
@@ -137,10 +138,13 @@ def transport_for(address: Address | str) -> Transport:
 def default_listen_address() -> Address:
     """A fresh address of the configured kind to listen on.
 
-    The kind is what ``enable_transport`` chose (a Unix socket by default), with an
-    ephemeral port or a unique path; an exact address chosen there is returned as is.
+    The kind is what ``enable_transport`` chose, else the ``default_transport``
+    setting (a Unix socket by default), with an ephemeral port or a unique path; an
+    exact address chosen there is returned as is.
     """
     chosen = _choice.listen_on
+    if chosen is None:
+        return DEFAULT_TRANSPORT.get().listen_address()
     return chosen if isinstance(chosen, Address) else chosen.any_address()
 
 

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from monarch_transport import decode
 
+from .._core.config import pyspy_bin
 from .._core.future import Future
 from .._core.ports import PortReceiver
 from .._core.process import get_runtime
@@ -159,7 +160,7 @@ def _table(table: ProcTable) -> dict[str, Any]:
 def stacks() -> dict[str, Any]:
     """This process's Python stacks: from py-spy when it is installed and may
     attach, else from the interpreter's own frames."""
-    pyspy = os.environ.get("PYSPY_BIN") or shutil.which("py-spy")
+    pyspy = pyspy_bin() or shutil.which("py-spy")
     problem = "py-spy is not installed (pip install py-spy)"
     if pyspy:
         try:

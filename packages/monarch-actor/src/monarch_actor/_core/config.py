@@ -16,6 +16,9 @@ __all__ = [
     "cast_fanout",
     "cleanup_timeout",
     "debug_server_address",
+    "log_forwarding",
+    "prefix_with_rank",
+    "pyspy_bin",
     "heartbeat_deadline",
     "host_deadline",
     "order_gap_wait",
@@ -62,7 +65,7 @@ _ATTACH_TIMEOUT = declare(
 _CLEANUP_TIMEOUT = declare(
     "cleanup_timeout",
     Duration(),
-    5.0,
+    3.0,
     env=("MONARCH_CLEANUP_TIMEOUT", "HYPERACTOR_CLEANUP_TIMEOUT"),
     doc="How long an actor's `__cleanup__` (and stopping the meshes it owns) may take.",
     owner=_OWNER,
@@ -152,6 +155,36 @@ _DEBUG_SERVER_PORT = declare(
     owner=_OWNER,
 )
 
+_LOG_FORWARDING = declare(
+    "enable_log_forwarding",
+    Bool(),
+    False,
+    env="HYPERACTOR_MESH_ENABLE_LOG_FORWARDING",
+    doc="Procs spawned afterwards send their stdout and stderr to the process that spawned "
+    "them, which writes each line with the proc's rank (as "
+    "`ProcMesh.logging_option(stream_to_client=True)` does later); off, their output goes "
+    "to the terminal they inherited.",
+    owner=_OWNER,
+)
+_PREFIX_WITH_RANK = declare(
+    "prefix_with_rank",
+    Bool(),
+    True,
+    env="HYPERACTOR_PREFIX_WITH_RANK",
+    doc="Start each output line forwarded from a proc with its host, proc name and rank "
+    "(`[host proc] [rank] line`); off, the line is written as the proc wrote it.",
+    owner=_OWNER,
+)
+_PYSPY_BIN = declare(
+    "pyspy_bin",
+    Text(what="a path; empty: `py-spy` on PATH"),
+    "",
+    env="PYSPY_BIN",
+    doc="The py-spy program that stack dumps (`monarch debug`, the admin API) run, tried "
+    "before `py-spy` on PATH; read in the proc being dumped.",
+    owner=_OWNER,
+)
+
 
 def cast_fanout() -> int:
     """Children per node of a broadcast's multicast tree."""
@@ -197,3 +230,18 @@ def otel_metrics() -> bool:
 def debug_server_address() -> tuple[str, int]:
     """Where the controller's debug server listens: (host, port)."""
     return _DEBUG_SERVER_HOST.get(), _DEBUG_SERVER_PORT.get()
+
+
+def log_forwarding() -> bool:
+    """Whether procs spawned from here send their output to this process."""
+    return _LOG_FORWARDING.get()
+
+
+def prefix_with_rank() -> bool:
+    """Whether forwarded output lines start with their proc's host, name and rank."""
+    return _PREFIX_WITH_RANK.get()
+
+
+def pyspy_bin() -> str:
+    """The py-spy program to try before ``py-spy`` on PATH (empty: PATH only)."""
+    return _PYSPY_BIN.get()

@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from .._core.config import prefix_with_rank
 from .._core.process import get_runtime
 from .._core.router import Runtime
 from .._core.wire import Key, Kind
@@ -159,8 +160,11 @@ class _Aggregator:
     def add(self, fd: int, rank: int, proc: str, lines: list[str]) -> None:
         out = sys.stdout if fd == 1 else sys.stderr
         if self.window is None:
-            host = os.uname().nodename
-            out.write("".join(f"[{host} {proc}] [{rank}] {line}\n" for line in lines))
+            if prefix_with_rank():
+                host = os.uname().nodename
+                out.write("".join(f"[{host} {proc}] [{rank}] {line}\n" for line in lines))
+            else:
+                out.write("".join(f"{line}\n" for line in lines))
             out.flush()
             return
         with self.lock:
@@ -180,8 +184,10 @@ class _Aggregator:
             out = sys.stdout if fd == 1 else sys.stderr
             if len(ranks) > 1:
                 out.write(f"[{len(ranks)} similar log lines] {line}\n")
-            else:
+            elif prefix_with_rank():
                 out.write(f"[{next(iter(ranks))}] {line}\n")
+            else:
+                out.write(f"{line}\n")
             out.flush()
 
 

@@ -12,7 +12,7 @@ Examples:
     ...     config["cleanup_timeout"]
     '10s'
     >>> get_global_config()["cleanup_timeout"]
-    '5s'
+    '3s'
 """
 
 from monarch_config import (

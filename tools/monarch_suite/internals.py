@@ -25,10 +25,12 @@ from typing import Any
 RECORD = os.environ.get("MONARCH_SUITE_RECORD", "")
 
 # Monarch modules that are internal although no part of their name starts with "_".
-_INTERNAL_ROOTS = ("monarch.common", "monarch.worker", "monarch.mesh_controller", "monarch.simulator",
-                   "monarch.controller", "monarch.gradient_generator", "monarch.cached_remote_function",
-                   "monarch.fetch", "monarch.notebook", "monarch.opaque_module", "monarch.opaque_object",
-                   "monarch.profiler", "monarch.timer", "monarch.tensor_worker_main")
+_INTERNAL_ROOTS = (
+    "monarch.common", "monarch.worker", "monarch.mesh_controller", "monarch.simulator",
+    "monarch.controller", "monarch.gradient_generator", "monarch.cached_remote_function",
+    "monarch.fetch", "monarch.notebook", "monarch.opaque_module", "monarch.opaque_object",
+    "monarch.profiler", "monarch.timer", "monarch.tensor_worker_main",
+)
 
 
 def is_internal(module: str) -> bool:
@@ -114,9 +116,12 @@ class _Loader(importlib.abc.Loader):
 
 
 class InternalsFinder(importlib.abc.MetaPathFinder):
-    """Finds Monarch's internal modules: the real one where this workspace has it, else a stand-in."""
+    """Finds Monarch's internal modules: the real one where this workspace has it,
+    else a stand-in."""
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if not is_internal(fullname):
             return None
         for finder in sys.meta_path:

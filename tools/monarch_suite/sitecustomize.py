@@ -1,5 +1,5 @@
 # Every process of a suite run (pytest, the subprocesses Monarch's tests start, the
 # job's processes) resolves Monarch's internal imports the same way.
-import internals  # noqa: F401  (on PYTHONPATH beside this file)
+import internals
 
 internals.install()

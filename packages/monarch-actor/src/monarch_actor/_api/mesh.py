@@ -28,8 +28,8 @@ from .._procs.binding import check_binding
 from .._procs.logs import configure_streaming
 from .._procs.remote import RemoteAgent
 from .._procs.table import ProcTable, table_for
-from .._supervision.wording import call_failed
 from .._supervision.supervise import Supervision
+from .._supervision.wording import call_failed
 from .actor import EndpointProperty, check_actor_class
 from .endpoint import ActorEndpoint
 from .mesh_ops import MeshOps

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -158,7 +159,13 @@ class Supervision:
                 return f"{PROC_MESH_STOPPED} ({stopped})"
             return actor_stopped(entry.describe(positions[0] if positions else 0), stopped)
         failure = self.tree.first_failure(key, positions)
-        return None if failure is None else actor_failed(failure.actor, failure.reason)
+        if failure is None:
+            return None
+        if entry.kind == "proc":
+            return f"the process {failure.actor} has failed:\n" + textwrap.indent(
+                failure.reason, "  "
+            )
+        return actor_failed(failure.actor, failure.reason)
 
     def refusing_spawns(self, table_id: str, table_ranks: Iterable[int]) -> list[int]:
         """The positions among ``table_ranks`` whose processes hosted a failed

@@ -137,7 +137,8 @@ def test_sigkill_during_spawn_fails_the_spawn(failures, tmp_path):
     with pytest.raises(SupervisionError, match="SIGKILL"):
         slow.initialized.get(timeout=DETECT)
     assert wait_for(lambda: failures)
-    with pytest.raises(SupervisionError, match=r"(?s)cannot spawn .* Killed\(sig=9\) \(killed by SIGKILL"):
+    refused = r"(?s)cannot spawn .* Killed\(sig=9\) \(killed by SIGKILL"
+    with pytest.raises(SupervisionError, match=refused):
         procs.spawn("again", Victim)
     procs.stop().get(timeout=30)
 

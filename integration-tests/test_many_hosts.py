@@ -84,10 +84,11 @@ def test_a_vanishing_host_fails_its_callers_within_10_s(cluster, how):
     run.stdin.write("go\n")
     run.stdin.flush()
     out, err = run.communicate(timeout=120)
-    took = re.search(r"after ([\d.]+) s: (.*)", out)
+    took = re.search(r"after ([\d.]+) s: (.*)", out, re.DOTALL)
     assert took, out + err
     assert float(took[1]) < 10.0, out
-    assert h.ip("h1") in took[2], out  # the error names the host
+    assert "and all its descendants have failed:\n" in took[2], out  # Monarch's words
+    assert h.ip("h1") in took[2], out  # then the error names the host
     assert "host 0 answers: True" in out, out + err
     assert "reports: 1 [[1]]" in out, out + err  # the root hook heard once, of rank 1
 

@@ -129,7 +129,8 @@ def test_the_error_of_a_dead_process_names_the_mesh_rank_host_and_pid(failures):
         with pytest.raises(SupervisionError) as caught:
             mesh.slice(gpus=1).exit.call_one(3).get(timeout=30)
         text = str(caught.value)
-        assert "actor mesh exits at rank {'gpus': 1/2}" in text
+        assert text.startswith("Endpoint call exits.exit() failed, The actor <root>.<")
+        assert "Exits exits{'gpus': 1/2}> and all its descendants have failed:\n" in text
         assert "exited with non-zero code 3" in text
         assert f"pid {pid}" in text
         assert f"host {os.uname().nodename}" in text

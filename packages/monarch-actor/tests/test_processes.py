@@ -277,7 +277,7 @@ def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
         broken = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=fail_bootstrap)
         with pytest.raises(RuntimeError, match="failed to start"):
             broken.initialized.get(timeout=30)
-        with pytest.raises(SupervisionError, match=r"cannot spawn p .* non-zero code 1"):
+        with pytest.raises(SupervisionError, match=r"(?s)cannot spawn p .* non-zero code 1"):
             broken.spawn("p", Probe)
         broken.stop().get(timeout=5)  # nothing to stop: done at once, no hang
     finally:

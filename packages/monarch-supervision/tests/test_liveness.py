@@ -59,12 +59,26 @@ def test_the_deadline_must_be_positive(deadline):
     ("code", "words"),
     [
         (3, "exited with non-zero code 3"),
-        (-signal.SIGKILL, "killed by SIGKILL (killed: by a user, a timeout, or the kernel"),
-        (-signal.SIGSEGV, "SIGSEGV (a segmentation fault"),
-        (-signal.SIGTERM, "killed by SIGTERM"),
+        (
+            -signal.SIGKILL,
+            "the process this actor was running on failed: Killed(sig=9) "
+            "(killed by SIGKILL: by a user, a timeout, or the kernel",
+        ),
+        (-signal.SIGSEGV, "failed: Killed(sig=11) (killed by SIGSEGV: a segmentation fault"),
+        (-signal.SIGTERM, "Killed(sig=15) (killed by SIGTERM)"),
         (0, "exited with code 0 before it was stopped"),
         (-200, "signal 200"),
     ],
 )
 def test_exit_statuses_in_words(code, words):
     assert words in exit_reason(code)
+
+
+def test_exit_reason_details_follow_monarchs_words():
+    assert exit_reason(1, "process p-0, pid 7") == (
+        "the process this actor was running on exited with non-zero code 1 (process p-0, pid 7)"
+    )
+    assert exit_reason(-signal.SIGTERM, "process p-0") == (
+        "the process this actor was running on failed: Killed(sig=15) "
+        "(killed by SIGTERM; process p-0)"
+    )

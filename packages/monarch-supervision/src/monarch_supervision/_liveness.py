@@ -81,28 +81,37 @@ class HeartbeatMonitor:
         return late
 
 
-def exit_reason(code: int) -> str:
+def exit_reason(code: int, *details: str) -> str:
     """What an exit status says happened to a process, as a sentence for a failure reason.
+
+    Monarch's words come first ("... exited with non-zero code 1", "... failed:
+    Killed(sig=9)"), then, in parentheses, what else is known.
 
     Args:
         code: the exit status; negative when the process was killed by signal ``-code``.
+        details: more to say in the parentheses (which process it was, say).
 
     Returns:
         The reason, naming the signal and, for common crashes (``SIGKILL``, ``SIGSEGV``,
         ``SIGABRT``, ``SIGBUS``), their likely cause.
     """
+    notes: list[str] = []
     if code == 0:
-        return "the process this actor was running on exited with code 0 before it was stopped"
-    if code > 0:
-        return f"the process this actor was running on exited with non-zero code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    hint = {
-        "SIGKILL": " (killed: by a user, a timeout, or the kernel's out-of-memory killer)",
-        "SIGSEGV": " (a segmentation fault: a crash in native code)",
-        "SIGABRT": " (aborted: a failed assertion in native code)",
-        "SIGBUS": " (a bus error: bad memory access in native code)",
-    }.get(name, "")
-    return f"the process this actor was running on was killed by {name}{hint}"
+        words = "the process this actor was running on exited with code 0 before it was stopped"
+    elif code > 0:
+        words = f"the process this actor was running on exited with non-zero code {code}"
+    else:
+        words = f"the process this actor was running on failed: Killed(sig={-code})"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {
+            "SIGKILL": ": by a user, a timeout, or the kernel's out-of-memory killer",
+            "SIGSEGV": ": a segmentation fault, a crash in native code",
+            "SIGABRT": ": aborted, a failed assertion in native code",
+            "SIGBUS": ": a bus error, bad memory access in native code",
+        }.get(name, "")
+        notes.append(f"killed by {name}{hint}")
+    notes.extend(detail for detail in details if detail)
+    return f"{words} ({'; '.join(notes)})" if notes else words

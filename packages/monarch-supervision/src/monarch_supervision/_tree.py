@@ -254,6 +254,33 @@ class SupervisionTree:
                     return f"failed: {failure.reason}"
             return None
 
+    def stop_reason(self, mesh: str) -> str | None:
+        """Why ``mesh`` was stopped, or None if it was not (or was not adopted here).
+
+        Args:
+            mesh: the key of the mesh.
+        """
+        with self._lock:
+            known = self._meshes.get(mesh)
+            return None if known is None else known.stopped
+
+    def first_failure(self, mesh: str, ranks: Iterable[int]) -> MeshFailure | None:
+        """The failure of the first of ``ranks`` of ``mesh`` that failed, or None.
+
+        Args:
+            mesh: the key of the mesh.
+            ranks: the ranks to look at, in order.
+        """
+        with self._lock:
+            known = self._meshes.get(mesh)
+            if known is None:
+                return None
+            for rank in ranks:
+                failure = known.failed.get(rank)
+                if failure is not None:
+                    return failure
+            return None
+
     def failed_ranks(self, mesh: str) -> list[int]:
         """The ranks of ``mesh`` that failed, sorted (empty for a mesh not adopted here).
 

@@ -35,6 +35,7 @@ from .._core.router import Frames, Runtime
 from .._core.wire import Key, Op, port_header
 from .._procs.table import ProcTables
 from .._supervision.supervise import Supervision
+from .._supervision.wording import actor_failed, actor_stopped, call_failed
 from .actor import EndpointProperty, endpoints_of
 from .actor_stats import ActorStats
 from .context import Context, Instance
@@ -263,7 +264,7 @@ class ActorHost:
         except BaseException as error:  # a panic: the actor cannot go on
             failed = True
             self._fail(
-                f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}",
+                _aborted(self.name, ep.name, error),
                 error,
             )
             self._answer(
@@ -302,10 +303,11 @@ class ActorHost:
                 else:
                     self._raised(header, ep, error)
             except asyncio.CancelledError:
-                self._answer(header, SupervisionError(self._down_text(header, "cancelled")), True)
+                message = call_failed(self.name, ep.name, "the call was cancelled")
+                self._answer(header, SupervisionError(message), True)
             except BaseException as error:
                 self._fail(
-                    f"{self.name}.{ep.name} failed with BaseException:\n{remote_traceback(error)}",
+                    _aborted(self.name, ep.name, error),
                     error,
                 )
             else:
@@ -452,10 +454,13 @@ class ActorHost:
         self.requested = ("abort", reason)
 
     def _down_text(self, header: dict[str, Any], why: str) -> str:
-        return (
-            f"Endpoint call {self.name}.{header.get(Key.METHOD, '?')}() failed, Supervision event: "
-            f"actor {self.me!r} has status:\n  {why}"
-        )
+        """The error of a call this actor cannot answer: it failed (``why`` is
+        its failure) or was stopped (``why`` is the reason)."""
+        me = repr(self.me) if self.me is not None else self.name
+        method = header.get(Key.METHOD, "?")
+        if self.failure is not None:
+            return call_failed(self.name, method, actor_failed(me, why))
+        return call_failed(self.name, method, actor_stopped(me, why))
 
     def _raised(
         self, header: dict[str, Any], ep: EndpointProperty[..., Any], error: Exception
@@ -570,6 +575,15 @@ class ActorHost:
                 reset_current(token)
 
         return finish()
+
+
+def _aborted(actor: str, method: str, error: BaseException) -> str:
+    """Why an actor fails when its endpoint raised a ``BaseException`` (a panic)."""
+    raised = "".join(traceback.format_exception(error))
+    return (
+        f"actor explicitly aborted due to: {raised}"
+        f"({actor}.{method} raised {type(error).__name__}, a BaseException: the actor cannot go on)"
+    )
 
 
 def _kept(keep: Any, outcome: Any) -> None:

@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
-from monarch_mesh import Point, Shape, Slice
+from monarch_mesh import Shape, Slice
 from monarch_transport import encode
 
 from .._core import extensions
@@ -22,6 +22,8 @@ from .._core.ports import Port
 from .._core.process import get_runtime
 from .._core.router import Frames
 from .._core.wire import Key, Op
+from .._supervision.supervise import Supervision, actor_name
+from .._supervision.wording import actor_failed, call_failed
 from .actor import EndpointProperty
 from .value_mesh import ValueMesh
 
@@ -152,14 +154,16 @@ class ActorEndpoint(Generic[P, R]):
         return Future._of(gather.result)
 
     def _describe(self, shape: Shape) -> Any:
-        """Who answers position i of a call on ``shape``, for error messages."""
+        """The error of position i of a call on ``shape`` whose process was lost."""
         mesh, method = self._mesh._name, self._name
         spawned_on = self._mesh._procs._shape  # ranks are named in the whole mesh
+        owned = Supervision.of(get_runtime()).owned.get(self._mesh._key)
+        owner = owned.owner if owned is not None else None
 
-        def describe(position: int) -> str:
+        def describe(position: int, reason: str) -> str:
             rank = list(spawned_on.ndslice).index(shape.ndslice[position])
-            point = Point(rank, spawned_on.extent)
-            return f"Endpoint call {mesh}.{method}() failed for actor mesh {mesh} at rank {point}"
+            actor = actor_name(self._mesh, rank, owner)
+            return call_failed(mesh, method, actor_failed(actor, reason))
 
         return describe
 

@@ -32,6 +32,7 @@ from .._procs.logs import configure_streaming
 from .._procs.remote import RemoteAgent
 from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
+from .._supervision.wording import call_failed
 from .actor import EndpointProperty, check_actor_class
 from .creator import ROOT_CREATOR
 from .endpoint import ActorEndpoint
@@ -786,10 +787,7 @@ class ActorMesh(MeshOps, Generic[A]):
         why = Supervision.of(runtime).dead(self._key, shape.ndslice)
         error: Exception | None = self._refused
         if error is None and why is not None and header[Key.OP] == Op.CALL:
-            error = SupervisionError(
-                f"Endpoint call {self._name}.{header[Key.METHOD]}() failed, the actor mesh "
-                f"{self._name} has status: {why}"
-            )
+            error = SupervisionError(call_failed(self._name, header[Key.METHOD], why))
         if error is not None:
             if gather is None:
                 raise error

@@ -219,15 +219,16 @@ def proc_exited(runtime: Runtime, table: ProcTable, rank: int, code: int | None,
     emit(ProcExited(table.id, rank, -1 if code is None else code, expected=expected))
     table.notify_exits()
     supervision = Supervision.of(runtime)
-    where = f"(process {table.name}-{rank}, pid {pid}, host {table.host_of(rank)})"
+    where = f"process {table.name}-{rank}, pid {pid}, host {table.host_of(rank)}"
     if code is None:
-        reason = f"the process was lost with its host {where}: {why}"
+        reason = f"the process was lost with its host ({where}): {why}"
     else:
-        reason = f"{supervision.exit_reason(table, rank, code)} {where}"
+        reason = supervision.exit_reason(table, rank, code, where)
         if why:
             reason = f"{reason}; its last words:\n{why.rstrip()}"
     if not expected:
-        log.error("%s", reason)
+        # whoever must hear of it does (a caller, an owner, the fault hook), in these words
+        log.info("%s", reason)
         if not table.ready:
             table.failure = reason
             table.mark_ready()

@@ -20,7 +20,7 @@ class Gather:
     (the result is the only reply), ``"all"`` (the result is
     ``finish(values in position order)``) or ``"stream"`` (one future per
     reply, in arrival order). A failed reply fails the result at once; a
-    position whose process is lost fails with ``describe(position)`` and why."""
+    position whose process is lost fails with ``describe(position, why)``."""
 
     def __init__(
         self,
@@ -28,13 +28,13 @@ class Gather:
         count: int,
         mode: str,
         finish: Callable[[list[Any]], Any] = list,
-        describe: Callable[[int], str] | None = None,
+        describe: Callable[[int, str], str] | None = None,
     ) -> None:
         self.runtime = runtime
         self.count = count
         self.mode = mode
         self.finish = finish
-        self.describe = describe  # what position i waits for, for error messages
+        self.describe = describe  # the error message of position i's loss, and why
         self.values: dict[int, Any] = {}
         self.addresses: list[str] = []
         self.result: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -90,5 +90,5 @@ class Gather:
     def lost(self, address: str, reason: str) -> None:
         for position, where in enumerate(self.addresses):
             if where == address and position not in self.values:
-                what = f"{self.describe(position)}: " if self.describe else ""
-                self._settle(position, SupervisionError(what + reason), True)
+                text = self.describe(position, reason) if self.describe else reason
+                self._settle(position, SupervisionError(text), True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -32,11 +33,12 @@ from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
 from .._procs.table import ProcTable, ProcTables
 from .faults import report_to_root
+from .wording import PROC_MESH_STOPPED, actor_failed, actor_stopped
 
 if TYPE_CHECKING:
     from .._api.mesh import ActorMesh, ProcMesh
 
-__all__ = ["OwnedMesh", "Supervised", "Supervision", "current_owner"]
+__all__ = ["OwnedMesh", "Supervised", "Supervision", "actor_name", "current_owner"]
 
 log = logging.getLogger("monarch.actor.supervision")
 
@@ -56,23 +58,31 @@ class OwnedMesh:
     def describe(self, position: int) -> str:
         if self.kind == "proc":
             return f"<proc {self.table.name}-{position}>"
-        mesh: Any = self.handle
-        cls = mesh._class
-        labels = mesh._procs._shape.labels
-        sizes = mesh._procs._shape.extent.sizes
-        point = ", ".join(
-            f"'{label}': {self._coordinate(position, sizes, i)}/{size}"
-            for i, (label, size) in enumerate(zip(labels, sizes, strict=True))
-        )
-        owner = "<root>" if self.owner == ROOT else self.owner
-        return f"{owner}.<{cls.__module__}.{cls.__qualname__} {mesh._name}{{{point}}}>"
+        return actor_name(self.handle, position, self.owner)
 
-    @staticmethod
-    def _coordinate(position: int, sizes: list[int], index: int) -> int:
-        stride = 1
-        for size in sizes[index + 1 :]:
-            stride *= size
-        return (position // stride) % sizes[index]
+
+def actor_name(mesh: Any, position: int, owner: str | None) -> str:
+    """The display name of the actor at ``position`` of actor mesh ``mesh``'s
+    processes, as Monarch writes an actor id: ``<root>.<module.Class name{'gpus': 0/2}>``
+    (without the owner's part when it is not known here)."""
+    cls = mesh._class
+    labels = mesh._procs._shape.labels
+    sizes = mesh._procs._shape.extent.sizes
+    point = ", ".join(
+        f"'{label}': {_coordinate(position, sizes, i)}/{size}"
+        for i, (label, size) in enumerate(zip(labels, sizes, strict=True))
+    )
+    me = f"<{cls.__module__}.{cls.__qualname__} {mesh._name}{{{point}}}>"
+    if owner is None:
+        return me
+    return f"{'<root>' if owner == ROOT else owner}.{me}"
+
+
+def _coordinate(position: int, sizes: list[int], index: int) -> int:
+    stride = 1
+    for size in sizes[index + 1 :]:
+        stride *= size
+    return (position // stride) % sizes[index]
 
 
 def current_owner() -> str:
@@ -105,6 +115,7 @@ class Supervision:
         self.checking = False
         # proc mesh id -> its processes that hosted a failed actor: they refuse new spawns
         self.tainted: dict[str, set[int]] = {}
+        self.procs_stopped: set[str] = set()  # meshes stopped because their procs were
         # the actors of this process, by key (set by the layer that hosts them)
         self.find_actor: Callable[[str], Supervised | None] = lambda key: None
         runtime.provide(self)
@@ -134,11 +145,27 @@ class Supervision:
         return owner
 
     def dead(self, key: str, table_ranks: Iterable[int]) -> str | None:
-        """Why a message to these processes' ranks of mesh ``key`` cannot be handled."""
+        """Why a message to these processes' ranks of mesh ``key`` cannot be
+        handled, in Monarch's words (what follows "Endpoint call ... failed, ")."""
         entry = self.owned.get(key)
         if entry is None or not self.tree.troubled(key):
             return None
-        return self.tree.dead(key, [entry.positions.get(r, -1) for r in table_ranks])
+        positions = [entry.positions.get(r, -1) for r in table_ranks]
+        stopped = self.tree.stop_reason(key)
+        if stopped is not None:
+            if entry.kind == "proc":
+                return f"`ProcMesh` has already been stopped ({stopped})"
+            if key in self.procs_stopped:
+                return f"{PROC_MESH_STOPPED} ({stopped})"
+            return actor_stopped(entry.describe(positions[0] if positions else 0), stopped)
+        failure = self.tree.first_failure(key, positions)
+        if failure is None:
+            return None
+        if entry.kind == "proc":
+            return f"the process {failure.actor} has failed:\n" + textwrap.indent(
+                failure.reason, "  "
+            )
+        return actor_failed(failure.actor, failure.reason)
 
     def refusing_spawns(self, table_id: str, table_ranks: Iterable[int]) -> list[int]:
         """The positions among ``table_ranks`` whose processes hosted a failed
@@ -155,6 +182,8 @@ class Supervision:
         """All of ``table``'s processes are being stopped: so are the actors on them."""
         for entry in list(self.owned.values()):
             if entry.table is table:
+                if self.tree.stop_reason(entry.key) is None:
+                    self.procs_stopped.add(entry.key)
                 self.tree.stopped(entry.key, reason)
 
     def stop_owned(self, owner: str, reason: str, timeout: float) -> None:
@@ -214,9 +243,12 @@ class Supervision:
             owner=report["owner"],
         )
 
-    def exit_reason(self, table: ProcTable, rank: int, code: int) -> str:
-        """Why a process started here exited, in words."""
-        return self.silent.pop((table.id, rank), None) or exit_reason(code)
+    def exit_reason(self, table: ProcTable, rank: int, code: int, where: str) -> str:
+        """Why a process started here exited, in words; ``where`` names the process."""
+        silent = self.silent.pop((table.id, rank), None)
+        if silent is not None:
+            return f"{silent} ({where})"
+        return exit_reason(code, where)
 
     def proc_exited(self, table: ProcTable, rank: int, reason: str, expected: bool) -> None:
         self.monitor.forget((table.id, rank))

@@ -404,7 +404,9 @@ def test_stopping_an_actor_stuck_in_init_resolves_after_the_stop_timeout(procs):
     from actors import StuckInInit
 
     from monarch_actor import Channel
+    from monarch_config import get_global_config
 
+    assert get_global_config()["stop_actor_timeout"] == "10s"  # Monarch's key and default
     send, receive = Channel[int].open()
     stuck = procs.slice(gpus=0).spawn("stuck", StuckInInit, send)
     assert receive.recv().get(timeout=30) > 0  # __init__ runs, and will not return

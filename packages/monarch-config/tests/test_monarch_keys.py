@@ -87,7 +87,6 @@ MONARCH_DEFAULTS = {
     "small_write_threshold": 256,
     "split_max_buffer_age": "50ms",
     "split_max_buffer_size": 5,
-    "stop_actor_timeout": "10s",
     "stop_grace_period": "10s",
     "supervision_watchdog_timeout": "2m",
     "tail_log_lines": 0,

@@ -25,7 +25,7 @@ from monarch_mesh import Extent, Point, Shape, Slice
 from monarch_supervision import ROOT, Delivery, MeshFailure
 from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
 
-from .._core.config import cleanup_timeout
+from .._core.config import cleanup_timeout, stop_actor_timeout
 from .._core.current import reset_current, set_current
 from .._core.errors import ActorError, SupervisionError
 from .._core.extensions import extension
@@ -62,11 +62,6 @@ def remote_traceback(error: BaseException) -> str:
     else:  # raised here, not thrown through frames: no traceback of its own
         lines.insert(0, header)
     return "".join(lines)
-
-
-# How long a stop request may wait for the actor's thread before the actor is
-# stopped without it (Monarch's stop_actor_timeout).
-STOP_ACTOR_TIMEOUT = 10.0
 
 
 class ActorHost:
@@ -114,7 +109,7 @@ class ActorHost:
         """Queue one message (from the control loop)."""
         if header.get(Key.OP) == Op.STOP:
             why = header.get(Key.WHY) or "stopped by client"
-            self.runtime.loop.call_later(STOP_ACTOR_TIMEOUT, self._stop_overdue, header, why)
+            self.runtime.loop.call_later(stop_actor_timeout(), self._stop_overdue, header, why)
         if self.is_async:
             self.loop.call_soon_threadsafe(self.mailbox.put_nowait, (header, frames))
         else:
@@ -383,7 +378,7 @@ class ActorHost:
             "actor %s did not stop within %g s (its thread is still busy); "
             "it is stopped without running __cleanup__",
             repr(self.me) if self.me else self.name,
-            STOP_ACTOR_TIMEOUT,
+            stop_actor_timeout(),
         )
         self._answer(header, None)
 

@@ -70,6 +70,16 @@ _CLEANUP_TIMEOUT = declare(
     doc="How long an actor's `__cleanup__` (and stopping the meshes it owns) may take.",
     owner=_OWNER,
 )
+_STOP_ACTOR_TIMEOUT = declare(
+    "stop_actor_timeout",
+    Duration(what="a duration with units ('30s', '5m')", positive=False, units_required=True),
+    10.0,
+    env="HYPERACTOR_STOP_ACTOR_TIMEOUT",
+    doc="How long a request to stop an actor waits for the actor's thread (busy in "
+    "`__init__`, or in a message that does not return) before the actor is stopped "
+    "without it; its `__cleanup__` then does not run.",
+    owner=_OWNER,
+)
 _ORDER_GAP_WAIT = declare(
     "order_gap_wait",
     Duration(),
@@ -209,6 +219,11 @@ def attach_timeout() -> float:
 def cleanup_timeout() -> float:
     """Seconds an actor's ``__cleanup__`` (and stopping the meshes it owns) may take."""
     return _CLEANUP_TIMEOUT.get()
+
+
+def stop_actor_timeout() -> float:
+    """Seconds a stop request waits for the actor's thread (Monarch's ``stop_actor_timeout``)."""
+    return _STOP_ACTOR_TIMEOUT.get()
 
 
 def order_gap_wait() -> float:

@@ -194,6 +194,9 @@ class Victim(Actor):
             ctypes.string_at(0)
         if how == "raise":
             raise ValueError("a bad batch")
+        if how == "abort":
+            context().actor_instance.abort()
+            return
         os.kill(os.getpid(), 9)
 
     def __cleanup__(self, exc: BaseException | None) -> None:

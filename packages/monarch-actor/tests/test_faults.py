@@ -156,6 +156,16 @@ def test_init_raising_fails_the_spawn_with_that_error(failures):
     procs.stop().get(timeout=30)
 
 
+def test_abort_without_a_reason_says_so_in_monarchs_words(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    victims = procs.spawn("aborting", Victim, "")
+    victims.initialized.get(timeout=30)
+    victims.die.broadcast("abort")
+    assert wait_for(lambda: failures)
+    assert "actor explicitly aborted due to: no reason provided" in failures[0].report()
+    procs.stop().get(timeout=30)
+
+
 def test_an_endpoint_raising_in_a_broadcast_stops_the_actor_and_runs_its_cleanup(
     failures, tmp_path
 ):

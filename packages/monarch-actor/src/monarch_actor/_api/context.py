@@ -105,14 +105,14 @@ class Instance:
         """Stop this actor after the current message, with a failure its owner hears of.
 
         Args:
-            reason: the failure's message (``None``: "aborted").
+            reason: the failure's message (``None``: "no reason provided", as in Monarch).
 
         Raises:
             RuntimeError: called on the root client.
         """
         if self._host is None:
             raise RuntimeError("the root client cannot abort itself; raise an exception instead")
-        self._host.request_abort(reason or "aborted")
+        self._host.request_abort(reason or "no reason provided")
 
     kill = abort
     """The same as ``abort``."""

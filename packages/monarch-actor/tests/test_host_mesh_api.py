@@ -11,8 +11,8 @@ import sys
 import cloudpickle
 import pytest
 from actors import Victim
+from script_runner import run_script
 from test_hosts import WORKER, free_port
-from test_processes import run_script
 
 from monarch_actor import (
     Actor,

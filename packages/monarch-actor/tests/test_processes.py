@@ -5,31 +5,12 @@ import asyncio
 import logging
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
+from script_runner import run_script
 
 from monarch_actor import Actor, endpoint, this_host
-
-SCRIPT_HEAD = textwrap.dedent(
-    """
-    import os, sys, time, asyncio
-    from monarch_actor import Actor, endpoint, this_host, current_rank
-    from monarch_actor._api.proc_control import host_agent
-
-    class Pid(Actor):  # defined in __main__: travels by value
-        @endpoint
-        def pid(self) -> int:
-            return os.getpid()
-
-        @endpoint
-        def say(self, text: str) -> None:
-            print(text, flush=True)
-    """
-)
 
 
 def alive(pid: int) -> bool:
@@ -47,18 +28,6 @@ def wait_gone(pids, seconds=15.0):
             return []
         time.sleep(0.05)
     return [p for p in pids if alive(p)]
-
-
-def run_script(body: str, **kw):
-    return subprocess.Popen(
-        [sys.executable, "-c", SCRIPT_HEAD + textwrap.dedent(body)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # as from a terminal, even when the tests run as a background job (SIGINT ignored)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        **kw,
-    )
 
 
 def test_stop_reaps_the_processes():

@@ -2,7 +2,7 @@
 names in ``remote("monarch.timer.remote_execution_timer.<function>")``; the
 same functions as ``monarch.timer.execution_timer``, run on each process."""
 
-from monarch_tensor.timer import (
+from .execution_timer import (
     execution_timer_start,
     execution_timer_stop,
     get_execution_timer_average_ms,

@@ -34,11 +34,14 @@ def parent_of(pid: int) -> int:
 
 
 class Workers:
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, env: dict[str, str] | None = None) -> None:
         job_secret()  # made and exported now: the workers share it
         self.addresses = [f"tcp://127.0.0.1:{free_port()}" for _ in range(n)]
+        environment = {**os.environ, **(env or {})}
         self.procs = [
-            subprocess.Popen([sys.executable, "-c", WORKER, a], start_new_session=True)
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, a], start_new_session=True, env=environment
+            )
             for a in self.addresses
         ]
 
@@ -407,3 +410,24 @@ def test_a_worker_with_another_secret_is_reported_at_once_and_does_not_flood_its
         _, rest = worker.communicate(timeout=30)
     refusals = [line for line in [*seen, *rest.splitlines()] if "unauthenticated" in line]
     assert len(refusals) == 1, refusals
+
+
+def test_each_hosts_gpu_processes_land_on_that_hosts_gpus():
+    workers = Workers(2, env={"CUDA_VISIBLE_DEVICES": "3,1"})  # what the hosts have
+    try:
+        hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+        # asked before the just-started workers report their GPUs: the mesh fails to
+        # start, saying why (a ValueError at once, were a worker that quick)
+        with pytest.raises((RuntimeError, ValueError), match=r"2 GPUs \(3, 1\) but 3 processes"):
+            hosts.spawn_procs(per_host={"gpus": 3}, name="early").initialized.get(timeout=60)
+        procs = hosts.spawn_procs(per_host={"gpus": 2})
+        placed = procs.spawn("v", Victim).env.call(["CUDA_VISIBLE_DEVICES", "NCCL_HOSTID"])
+        for point, (device, host_id) in placed.get(timeout=60).items():
+            assert device == ["3", "1"][point["gpus"]]
+            assert host_id == f"anon_host_{point['hosts']}"  # NCCL tells the hosts apart
+        # once the hosts are known, too many is refused at once
+        with pytest.raises(ValueError, match="has 2 GPUs"):
+            hosts.spawn_procs(per_host={"gpus": 4})
+        hosts.shutdown().get(timeout=60)
+    finally:
+        workers.close()

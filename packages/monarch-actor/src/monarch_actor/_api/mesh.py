@@ -38,6 +38,7 @@ from .creator import ROOT_CREATOR
 from .endpoint import ActorEndpoint
 from .mesh_ops import MeshOps
 from .proc_control import (
+    check_gpu_placement,
     host_agent,
     host_command,
     shutdown_context,
@@ -169,6 +170,12 @@ class HostMesh(MeshOps):
         Returns at once; the processes start in the background
         (``await procs.initialized`` waits for them).
 
+        On a host with GPUs, each process along a ``gpus`` (or ``gpu``)
+        dimension gets the GPU of its index along it: ``CUDA_VISIBLE_DEVICES``
+        names that one GPU (its ``cuda:0``), with ``NCCL_HOSTID`` and
+        ``MONARCH_HOST_GPUS`` beside the usual ``RANK``/``LOCAL_RANK``/
+        ``WORLD_SIZE`` variables. Hosts without GPUs place nothing.
+
         Args:
             per_host: the new dimensions and their sizes, added after the host
                 mesh's own; ``None`` or ``{}`` is one process per host.
@@ -193,7 +200,9 @@ class HostMesh(MeshOps):
         Raises:
             ValueError: a ``per_host`` size is not an int >= 1 or its name is
                 already a dimension of the host mesh; ``proc_bind`` does not have one
-                valid entry per process of a host.
+                valid entry per process of a host; a host has fewer GPUs than the
+                ``gpus`` dimension asks (``configure(share_gpus=True)`` lets processes
+                share them).
             TypeError: ``bootstrap`` is not callable, a ``proc_bind`` entry is not a
                 dict, or ``bootstrap_command`` is not (and does not give) a ``BootstrapCommand``.
             RuntimeError: the host mesh was shut down.
@@ -230,8 +239,9 @@ class HostMesh(MeshOps):
         shape = Shape(labels, Slice.new_row_major(sizes))
         commands = _commands(bootstrap_command or self._bootstrap, shape)
         name = name or "anon"
-        table = ProcTable(f"{name}-{uuid.uuid4().hex[:12]}", name, len(shape))
         hosts = self._hosts()
+        check_gpu_placement(hosts, per_host, name)
+        table = ProcTable(f"{name}-{uuid.uuid4().hex[:12]}", name, len(shape))
         procs = ProcMesh(table, shape, self)
         Supervision.of(get_runtime()).adopt(procs, "proc")
         self._spawned.append(procs)

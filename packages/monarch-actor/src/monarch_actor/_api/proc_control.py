@@ -17,7 +17,7 @@ from typing import Any
 import monarch_config
 from monarch_transport import decode
 
-from .._core.config import cleanup_timeout
+from .._core.config import SHARE_GPUS, cleanup_timeout
 from .._core.future import Future
 from .._core.gather import Gather
 from .._core.lifecycle import ProcExited, emit
@@ -27,6 +27,7 @@ from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
 from .._procs.bootstrap import BootstrapCommand
+from .._procs.gpus import GpuPlacementError, host_gpus, place_on_gpus
 from .._procs.logs import drain_output, flush_lines, set_log_mode
 from .._procs.remote import RemoteAgent, RemoteAgents
 from .._procs.table import ProcTable, ProcTables, table_for
@@ -35,6 +36,7 @@ from .local_actors import LocalActors
 
 __all__ = [
     "PROC_ENTRY",
+    "check_gpu_placement",
     "host_agent",
     "host_command",
     "install_proc_handlers",
@@ -139,12 +141,19 @@ def start_procs(
         local *= value
 
     def go() -> None:
+        try:
+            placed = _gpu_environments(hosts, per_host, table.name)
+        except GpuPlacementError as error:
+            table.failure = str(error)
+            table.mark_ready()
+            return
         master_addr, master_port = _master(hosts[0])
         for rank in range(table.size):
             agent = hosts[rank // local]
             table.agents[rank] = agent
             table.hosts[rank] = agent.hostname
             env = {
+                **placed[rank // local][rank % local],
                 "RANK": str(rank),
                 "WORLD_SIZE": str(table.size),
                 "LOCAL_RANK": str(rank % local),
@@ -184,6 +193,42 @@ def start_procs(
 
     for ready in remote:
         ready.add_done_callback(one_ready)
+
+
+def _gpus_of(agent: Any) -> list[str] | None:
+    """The GPUs of ``agent``'s host, or None while a worker has not said."""
+    if isinstance(agent, RemoteAgent):
+        if not agent.ready.done() or agent.ready.exception():
+            return None
+        return list(agent.ready.result().get("gpus") or [])
+    return host_gpus()
+
+
+def _gpu_environments(
+    hosts: list[Any], per_host: dict[str, int], mesh: str
+) -> list[list[dict[str, str]]]:
+    """Per host, per process on it, the environment that places it on its GPU."""
+    share = SHARE_GPUS.get()
+    return [
+        place_on_gpus(
+            per_host, _gpus_of(agent) or [], share=share, mesh=mesh, host=agent.hostname,
+            host_index=index,
+        )
+        for index, agent in enumerate(hosts)
+    ]
+
+
+def check_gpu_placement(hosts: list[Any], per_host: dict[str, int], mesh: str) -> None:
+    """Refuse now, before anything starts, a mesh that asks a host for more
+    processes along a GPU dimension than it has GPUs (hosts whose workers
+    have not reported yet are checked when they do: the mesh then fails to
+    start, saying the same).
+
+    Raises:
+        GpuPlacementError: a host has too few GPUs (a ``ValueError``).
+    """
+    known = [agent for agent in hosts if _gpus_of(agent) is not None]
+    _gpu_environments(known, per_host, mesh)
 
 
 def _master(agent: Any) -> tuple[str, int]:

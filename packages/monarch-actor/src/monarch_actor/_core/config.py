@@ -11,6 +11,7 @@ from monarch_supervision import DEFAULT_HEARTBEAT_DEADLINE
 __all__ = [
     "INSECURE_PUBLIC_SECRET",
     "PRELOAD",
+    "SHARE_GPUS",
     "PROGRESS",
     "attach_timeout",
     "cast_fanout",
@@ -110,6 +111,17 @@ _OTEL_METRICS = declare(
     doc="Export the metrics of `get_meter()`: each process sets up OpenTelemetry's SDK "
     "with a periodic OTLP exporter, sending to `OTEL_EXPORTER_OTLP_ENDPOINT` every "
     "`OTEL_METRIC_EXPORT_INTERVAL` milliseconds (needs `monarch-actor[otel]`).",
+    owner=_OWNER,
+)
+SHARE_GPUS = declare(
+    "share_gpus",
+    Bool(),
+    False,
+    env="MONARCH_SHARE_GPUS",
+    doc="Let a host run more processes along a `gpus`/`gpu` dimension than it has GPUs, "
+    "several on each GPU (round robin), instead of refusing the spawn. For tests on a "
+    "machine with few GPUs: NCCL cannot put two ranks on one GPU, so collectives over CUDA "
+    "tensors then run over gloo.",
     owner=_OWNER,
 )
 PRELOAD = declare(

@@ -24,6 +24,7 @@ from monarch_transport import decode
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
 from .agent import PRELOAD_ENV, HostAgent
+from .gpus import host_gpus
 
 __all__ = ["BEAT", "HostService", "host_event"]
 
@@ -102,6 +103,7 @@ class HostService:
             "hostname": socket.gethostname(),
             "ip": self.advertise_host,
             "free_port": _free_port(self.advertise_host),
+            "gpus": host_gpus(),  # what the controller places GPU procs on
             "pid": os.getpid(),
         }
 

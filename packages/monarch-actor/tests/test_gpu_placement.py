@@ -6,10 +6,10 @@ the placement."""
 
 from __future__ import annotations
 
-import monarch_config
 import pytest
 from actors import Victim
 
+import monarch_config
 from monarch_actor import this_host
 from monarch_actor._procs.gpus import host_gpus, place_on_gpus
 
@@ -80,7 +80,9 @@ def test_a_host_without_gpus_places_nothing(monkeypatch):
 
 
 def test_a_dimension_not_named_for_gpus_places_nothing():
-    assert place_on_gpus({"procs": 2}, ["0", "1"], share=False, mesh="m", host="h", host_index=0) == [
+    assert place_on_gpus(
+        {"procs": 2}, ["0", "1"], share=False, mesh="m", host="h", host_index=0
+    ) == [
         {},
         {},
     ]

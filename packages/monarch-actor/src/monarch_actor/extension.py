@@ -8,7 +8,9 @@ that saw it; callbacks must be quick), what a process is doing
 (``inspect_process``, for the mesh admin), and progress lines for long
 waits (``progress``, ``shows_progress``), and files only this user may
 read (``private_dir``, ``check_private``, ``publish_record``/``read_records``:
-where a job leaves what its user's tools need to reach it).
+where a job leaves what its user's tools need to reach it), and whether
+this process has a GPU of its own (``has_own_gpu``: NCCL can carry its
+CUDA tensors).
 
 Examples:
     >>> import concurrent.futures
@@ -42,6 +44,7 @@ from ._core.private import (
 )
 from ._core.process import maybe_runtime
 from ._core.progress import Progress, progress, shows_progress
+from ._procs.gpus import has_own_gpu
 
 __all__ = [
     "EXTENSION_GROUP",
@@ -52,6 +55,7 @@ __all__ = [
     "check_private",
     "extension",
     "future_from",
+    "has_own_gpu",
     "inspect_process",
     "private_dir",
     "process_address",

@@ -27,7 +27,7 @@ from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined
 from torch.utils import _pytree as pytree
 
 from monarch_actor import Actor, current_rank, endpoint
-from monarch_actor.extension import process_address
+from monarch_actor.extension import has_own_gpu, process_address
 
 from ._errors import RemoteTensorError
 from ._opaque import mark_worker
@@ -107,17 +107,21 @@ def _put_results(outs: Sequence[int], result: Any) -> None:
 
 
 class _Groups:
-    """One stream's process groups over a mesh view, per set of dimensions."""
+    """One stream's process groups over a mesh view, per set of dimensions.
+
+    Each group carries tensors by their device: gloo for CPU tensors, NCCL
+    for CUDA ones where every process has a GPU of its own (NCCL refuses two
+    ranks on one GPU), else gloo for those too. So one mesh (one group,
+    even) mixes CPU and CUDA tensors."""
 
     def __init__(self, stream: str, store: Any) -> None:
         self.stream = stream
         self.store = store
-        self.groups: dict[tuple[tuple[str, ...], bool], Any] = {}
+        self.groups: dict[tuple[str, ...], Any] = {}
 
-    def group(self, dims: tuple[str, ...], cuda: bool = False) -> Any:
-        """The group over ``dims``: NCCL for CUDA tensors where torch has it, else gloo."""
-        nccl = cuda and dist.is_nccl_available()
-        made = self.groups.get((dims, nccl))
+    def group(self, dims: tuple[str, ...]) -> Any:
+        """The ``torch.distributed.ProcessGroup`` over ``dims``."""
+        made = self.groups.get(dims)
         if made is not None:
             return made
         point = current_rank()
@@ -128,14 +132,38 @@ class _Groups:
             rank = rank * sizes[dim] + coords[dim]
             size *= sizes[dim]
         rest = ",".join(f"{k}={v}" for k, v in coords.items() if k not in dims)
-        backend = "nccl" if nccl else "gloo"
-        prefix = PrefixStore(f"{self.stream}/{backend}/{'.'.join(dims)}/{rest}/", self.store)
-        if nccl:
-            made = dist.ProcessGroupNCCL(prefix, rank, size, dist.ProcessGroupNCCL.Options())
-        else:
-            made = dist.ProcessGroupGloo(prefix, rank, size, GROUP_TIMEOUT)
-        self.groups[(dims, nccl)] = made
+        name = f"{self.stream}/{'.'.join(dims)}/{rest}"
+        made = _device_group(PrefixStore(name + "/", self.store), rank, size)
+        made._set_group_name(name)
+        self.groups[dims] = made
         return made
+
+
+def cuda_backend() -> str | None:
+    """What carries this process's CUDA tensors: ``"nccl"``, ``"gloo"``, or
+    None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return "nccl" if dist.is_nccl_available() and has_own_gpu() else "gloo"
+
+
+def _device_group(store: Any, rank: int, size: int) -> Any:
+    backend_type = dist.ProcessGroup.BackendType
+    group = dist.ProcessGroup(store, rank, size)
+    gloo = dist.ProcessGroupGloo(PrefixStore("cpu/", store), rank, size, GROUP_TIMEOUT)
+    group._register_backend(torch.device("cpu"), backend_type.GLOO, gloo)
+    cuda = cuda_backend()
+    if cuda == "nccl":
+        nccl = dist.ProcessGroupNCCL(
+            PrefixStore("cuda/", store), rank, size, dist.ProcessGroupNCCL.Options()
+        )
+        group._register_backend(torch.device("cuda"), backend_type.NCCL, nccl)
+        group._set_default_backend(backend_type.NCCL)
+    else:
+        if cuda == "gloo":  # gloo reduces CUDA tensors too, through host memory
+            group._register_backend(torch.device("cuda"), backend_type.GLOO, gloo)
+        group._set_default_backend(backend_type.GLOO)
+    return group
 
 
 def reduce_shard(
@@ -207,15 +235,15 @@ class TensorWorker(Actor):
             if isinstance(leaf, Ref):
                 return TABLE.tensor(leaf.id)
             if isinstance(leaf, GroupRef):
-                return self._group(leaf.dims, torch.cuda.is_available())
+                return self._group(leaf.dims)
             return leaf
 
         return pytree.tree_map(get, tree)
 
-    def _group(self, dims: tuple[str, ...], cuda: bool) -> Any:
+    def _group(self, dims: tuple[str, ...]) -> Any:
         if self.groups is None:
             raise RuntimeError("no store: the controller sends one before the first collective")
-        return self.groups.group(dims, cuda)
+        return self.groups.group(dims)
 
     @endpoint
     def run(self, batch: list[tuple[Any, ...]]) -> None:
@@ -249,7 +277,7 @@ class TensorWorker(Actor):
     ) -> None:
         try:
             tensor = TABLE.tensor(source)
-            group = self._group(dims, tensor.is_cuda)
+            group = self._group(dims)
             result = reduce_shard(group, tensor, reduction, scatter, inplace)
             if inplace and result is not tensor:
                 with torch.no_grad():

@@ -128,6 +128,7 @@ _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
 _T7, _T8 = (7 << 3) | _I64, (8 << 3) | _I64
 _SPAN_FIELD = _tag(2, _LEN)  # ScopeSpans.spans
 
+
 class SharedAttributes(dict[str, Any]):
     """Span attributes that are valid and never change once made (an actor's
     identity): spans keep them by reference, and the encoder encodes them
@@ -369,9 +370,7 @@ def _http_sender(settings: OtlpSettings) -> Send:
             if context is None:
                 made = http.client.HTTPConnection(host, url.port, timeout=timeout)
             else:
-                made = http.client.HTTPSConnection(
-                    host, url.port, timeout=timeout, context=context
-                )
+                made = http.client.HTTPSConnection(host, url.port, timeout=timeout, context=context)
             connection.append(made)
         current = connection[0]
         current.timeout = timeout

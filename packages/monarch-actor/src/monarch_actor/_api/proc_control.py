@@ -211,7 +211,11 @@ def _gpu_environments(
     share = SHARE_GPUS.get()
     return [
         place_on_gpus(
-            per_host, _gpus_of(agent) or [], share=share, mesh=mesh, host=agent.hostname,
+            per_host,
+            _gpus_of(agent) or [],
+            share=share,
+            mesh=mesh,
+            host=agent.hostname,
             host_index=index,
         )
         for index, agent in enumerate(hosts)

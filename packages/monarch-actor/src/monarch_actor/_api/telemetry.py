@@ -127,15 +127,17 @@ def actor_attributes() -> dict[str, AttributeValue]:
     found: SharedAttributes | None = instance._span_attributes
     if found is None:
         point = instance.rank
-        found = SharedAttributes({
-            "monarch.actor.name": instance.name,
-            "monarch.actor.class": instance.class_name,
-            "monarch.actor.id": instance.actor_id,
-            "monarch.actor.rank": point.rank,
-            "monarch.actor.point": ",".join(f"{k}={v}" for k, v in point.items()),
-            "monarch.proc": instance.proc_id,
-            "monarch.host": _HOST,
-        })
+        found = SharedAttributes(
+            {
+                "monarch.actor.name": instance.name,
+                "monarch.actor.class": instance.class_name,
+                "monarch.actor.id": instance.actor_id,
+                "monarch.actor.rank": point.rank,
+                "monarch.actor.point": ",".join(f"{k}={v}" for k, v in point.items()),
+                "monarch.proc": instance.proc_id,
+                "monarch.host": _HOST,
+            }
+        )
         instance._span_attributes = found
     return found
 

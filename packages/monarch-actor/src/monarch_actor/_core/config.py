@@ -140,7 +140,7 @@ INSECURE_PUBLIC_SECRET = declare(
     Bool(),
     False,
     env="MONARCH_INSECURE_PUBLIC_SECRET",
-    doc="Let `ca=\"trust_all_connections\"` with no job secret and no certificates fall "
+    doc='Let `ca="trust_all_connections"` with no job secret and no certificates fall '
     "back to a public secret (as Monarch runs with no authentication at all): anyone who "
     "can reach a worker's port can then run code on its host. Off, such a worker or "
     "`attach_to_workers` refuses to start and says what to set.",

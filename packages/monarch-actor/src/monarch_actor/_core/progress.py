@@ -14,6 +14,7 @@ from .config import PROGRESS
 
 __all__ = ["PROGRESS", "Progress", "progress", "shows_progress"]
 
+
 def shows_progress() -> bool:
     """Whether progress lines are shown in this process now."""
     mode = PROGRESS.get()
@@ -77,9 +78,7 @@ class Progress:
 
 
 @contextlib.contextmanager
-def progress(
-    description: str, total: float | None = None, *, unit: str = ""
-) -> Iterator[Progress]:
+def progress(description: str, total: float | None = None, *, unit: str = "") -> Iterator[Progress]:
     """Show a progress line for the length of a ``with`` block.
 
     Args:

@@ -15,12 +15,14 @@ __all__ = [
     "HOST_GPUS_ENV",
     "GpuPlacementError",
     "gpu_dimension",
+    "has_own_gpu",
     "host_gpus",
     "place_on_gpus",
 ]
 
 GPU_DIMS = ("gpus", "gpu")  # Monarch's names for the per-host GPU dimension, in its order
 HOST_GPUS_ENV = "MONARCH_HOST_GPUS"  # how many GPUs the process's host has (it sees one)
+SHARED_GPU_ENV = "MONARCH_SHARED_GPU"  # "1": other processes of the mesh use this GPU too
 _DEVICE_NODE = re.compile(r"nvidia(\d+)")
 
 
@@ -82,11 +84,21 @@ def place_on_gpus(
         )
     names = list(per_host)
     stride = math.prod(per_host[name] for name in names[names.index(dim) + 1 :])
+    # several processes on one GPU: along the GPU dimension past the host's count,
+    # or along the other per-host dimensions (as in Monarch, they take the same index)
+    shared = {SHARED_GPU_ENV: "1"} if size > len(gpus) or local > size else {}
     return [
         {
             "CUDA_VISIBLE_DEVICES": gpus[((rank // stride) % size) % len(gpus)],
             "NCCL_HOSTID": f"{mesh}_host_{host_index}",
             HOST_GPUS_ENV: str(len(gpus)),
+            **shared,
         }
         for rank in range(local)
     ]
+
+
+def has_own_gpu() -> bool:
+    """Whether this process was placed on a GPU no other process of its mesh
+    uses: then NCCL can carry its CUDA tensors (it refuses two ranks on one GPU)."""
+    return HOST_GPUS_ENV in os.environ and SHARED_GPU_ENV not in os.environ

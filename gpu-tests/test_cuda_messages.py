@@ -321,3 +321,19 @@ def test_a_cuda_tensor_reaching_a_process_without_cuda_says_what_to_do(tmp_path:
     ).stdout
     assert "a CUDA tensor (on cuda:0 in the sending process)" in out, out
     assert "CUDA is not available" in out and "tensor.cpu()" in out, out
+
+
+def test_shared_blocks_are_reclaimed_over_many_messages(holder: tuple[str, Any]) -> None:
+    # each IPC message parks a snapshot in torch's limbo until its receiver lets go;
+    # the sender's allocator reclaims those when it needs memory: what stays
+    # allocated here must not grow with the number of messages
+    _, actor = holder
+    size = 16 << 20
+    sent = torch.ones(size, dtype=torch.uint8, device="cuda")
+    actor.echo.call_one(sent).get(timeout=60)
+    before = torch.cuda.memory_allocated()
+    for _ in range(40):
+        back = actor.echo.call_one(sent).get(timeout=60)
+    del back
+    grown = torch.cuda.memory_allocated() - before
+    assert grown <= 4 * size, f"{grown / size:.0f} blocks of 16 MiB still allocated"

@@ -299,7 +299,7 @@ def _rebuild_cuda_ipc(args: tuple[Any, ...], requires_grad: bool) -> Any:
         raise DecodeError(
             f"cannot open the CUDA IPC handle of a tensor sent from {sent_from} of another "
             f"process on this host ({type(error).__name__}: {error}); both processes must see "
-            f"that GPU: {_IPC_OFF_HINT}"
+            f"that GPU, and the sender must still be running: {_IPC_OFF_HINT}"
         ) from error
     try:
         with torch.cuda.device(mapped.device):

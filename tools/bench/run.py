@@ -7,6 +7,7 @@ ratios into docs/benchmarks.md.
     hatch run bench rdma --write    # RDMA buffers: ours (same host, tcp), Monarch, memcpy
     hatch run bench hosts --write   # 3 hosts in network namespaces: ours and Monarch (root)
     hatch run bench tensor --write  # distributed tensors on 4 procs: ours and Monarch
+    hatch run bench cuda            # 64 MiB CUDA tensor echo: IPC, staged, CPU (needs a GPU)
 
 torchmonarch is installed into a virtual environment of its own (its module
 name clashes with ours), created on first use under .bench-venvs/; so is Ray
@@ -504,6 +505,40 @@ def tensor(args: argparse.Namespace) -> str:
     )
 
 
+def cuda(args: argparse.Namespace) -> str:
+    """A 64 MiB CUDA tensor echoed through an endpoint, by CUDA IPC and staged
+    through host memory, beside a CPU tensor of the same size (ours only:
+    Monarch 0.7.0 pickles CUDA tensors through torch). Says why where it cannot run."""
+    result = run_json(sys.executable, [str(BENCH / "cuda_bench.py")], 540) or {}
+    if "skipped" in result or not result:
+        why = result.get("skipped", "the benchmark failed (see above)")
+        console.print(f"cuda: skipped: {why}")
+        return f"Not measured: {why}."
+    header = ("measure", "ours", "target")
+    cases = (
+        ("cuda_ipc_64m", "64 MiB CUDA tensor echo, CUDA IPC (same host)", "≥ 10 GB/s"),
+        ("cuda_staged_64m", "64 MiB CUDA tensor echo, staged (cuda_ipc off)", "—"),
+        ("cpu_64m", "64 MiB CPU tensor echo", "—"),
+    )
+    table = Table(title=f"CUDA tensors through an endpoint, {result.get('device', 'GPU')}")
+    for column in header:
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, name, target in cases:
+        cells = [name, rate(result[key], "GB/s") if key in result else "failed", target]
+        table.add_row(*cells)
+        rows.append("| " + " | ".join(cells) + " |")
+    Console().print(table)
+    return "\n".join(
+        [
+            f"Measured on {result.get('device', 'a GPU')}, one actor in another process of "
+            "this host; rates are 64 MiB / round trip of `call_one(t).get()` (median of 20).",
+            "",
+            *rows,
+        ]
+    )
+
+
 SUITES = {
     "mesh": mesh,
     "transport": transport,
@@ -511,6 +546,7 @@ SUITES = {
     "rdma": rdma,
     "hosts": hosts,
     "tensor": tensor,
+    "cuda": cuda,
 }
 
 

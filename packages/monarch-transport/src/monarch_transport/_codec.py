@@ -14,6 +14,11 @@ without first being copied into one contiguous blob:
   least ``inline_threshold`` bytes. Nothing is copied on the send side, so the
   sender must leave those objects alone until the frames have been sent.
 
+CUDA tensors travel by value (see ``_cuda``): copied once into pinned host memory
+and sent out-of-band like a CPU tensor, or, with ``same_host=True`` where every
+process of the host sees the same GPU, as a CUDA IPC handle to a snapshot that
+the receiver copies device to device.
+
 Decoded values sit on the received buffers where they can (numpy arrays,
 memoryviews, tensors over a writable buffer): decode a list of frames once, and
 copy a value before handing it to code that must not share it.
@@ -39,6 +44,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import msgpack  # type: ignore[import-untyped]
 
 from ._buffers import owning_bytes
+from ._cuda import reduce_cuda_tensor, release_unsent
 from ._errors import DecodeError, EncodeError, MessageTooLarge
 
 __all__ = [
@@ -104,6 +110,7 @@ def encode(
     *,
     max_size: int | None = None,
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+    same_host: bool = False,
 ) -> list[bytes | memoryview]:
     """Encode ``payload`` and ``header`` into frames: ``[header, pickle, *buffers]``.
 
@@ -120,6 +127,11 @@ def encode(
             limit.
         inline_threshold: bytes-like values of this many bytes or more travel
             out-of-band, as frames of their own.
+        same_host: the message has exactly one destination, another process on
+            this host: CUDA tensors may then travel as CUDA IPC handles (when
+            ``cuda_ipc`` is on and every process of the host sees the same GPU)
+            instead of being staged through host memory. Say it only when true:
+            a receiver elsewhere cannot open the handles and fails to decode.
 
     Returns:
         The frames: the header frame, the pickle frame, then any out-of-band buffers.
@@ -148,21 +160,31 @@ def encode(
     # big one turns up. Below _STREAMED_SIZE it could not tell, so it is skipped.
     kind = _PLAIN if inline_threshold >= _STREAMED_SIZE else _BUFFERED
     picklers = state.picklers
-    while True:
-        pickler = picklers[kind]
-        if pickler is None or pickler.busy:  # busy: encode called from inside a reduction
-            pickler = _PICKLER_TYPES[kind]()
-            if picklers[kind] is None:
-                picklers[kind] = pickler
-        try:
-            if pickler.run(frames, payload, inline_threshold, tensor_type):
-                break
-        finally:
-            if pickler.retired and picklers[kind] is pickler:
-                picklers[kind] = None
-        kind = _BUFFERED
-    if max_size is not None:
-        _check_size(frames, max_size)
+    # The CUDA tensors reduced so far, by id: a second pass reuses them rather than
+    # copy and share each again (see _reduce_tensor).
+    cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+    try:
+        while True:
+            pickler = picklers[kind]
+            if pickler is None or pickler.busy:  # busy: encode called from inside a reduction
+                pickler = _PICKLER_TYPES[kind]()
+                if picklers[kind] is None:
+                    picklers[kind] = pickler
+            try:
+                if pickler.run(
+                    frames, payload, inline_threshold, tensor_type, same_host, cuda_reduced
+                ):
+                    break
+            finally:
+                if pickler.retired and picklers[kind] is pickler:
+                    picklers[kind] = None
+            kind = _BUFFERED
+        if max_size is not None:
+            _check_size(frames, max_size)
+    except BaseException:
+        if cuda_reduced:  # never sent: let go of the blocks shared for a receiver
+            release_unsent([reduced for _, reduced in cuda_reduced.values()])
+        raise
     return frames
 
 
@@ -275,6 +297,8 @@ def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, 
             payload = pickle.loads(data)  # nothing to import: the fastest path
         else:
             payload = _Unpickler(io.BytesIO(data), buffers=frames[2:]).load()
+    except DecodeError:  # a rebuild's own words (a CUDA tensor where there is no CUDA)
+        raise
     except Exception as error:  # a corrupt stream can raise almost anything
         raise DecodeError(
             f"cannot unpickle the payload ({_describe(error)}); the frames are "
@@ -406,6 +430,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         self.buffers: list[PickleBuffer] = []
         self.threshold = DEFAULT_INLINE_THRESHOLD
         self.tensor_type: type[Any] | None = None
+        self.same_host = False
+        self.cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] | None = None
         # The last object handed to reducer_override: the one that failed, when one does.
         self.current: object = None
         self.busy = False
@@ -423,6 +449,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         payload: object,
         threshold: int,
         tensor_type: type[Any] | None,
+        same_host: bool = False,
+        cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] | None = None,
     ) -> bool:
         """Pickle ``payload``, appending the stream and the out-of-band buffers to ``frames``.
 
@@ -433,6 +461,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         self.busy = True
         self.threshold = threshold
         self.tensor_type = tensor_type
+        self.same_host = same_host
+        self.cuda_reduced = cuda_reduced
         chunks = self.chunks
         buffers = self.buffers
         try:
@@ -461,6 +491,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             if self.globals_ref:  # cloudpickle's per-dump map of function globals
                 self.globals_ref.clear()
             self.current = None
+            self.cuda_reduced = None
             self.busy = False
 
     def reducer_override(self, obj: Any) -> Any:
@@ -469,7 +500,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         if cls is memoryview:
             return _reduce_memoryview(obj, self.threshold)
         if cls is self.tensor_type:
-            reduced = _reduce_tensor(obj)
+            reduced = _reduce_tensor(obj, self.same_host, self.cuda_reduced)
             if reduced is not None:
                 return reduced
         if cls is FunctionType or isinstance(obj, type):
@@ -531,9 +562,11 @@ class _BufferPickler(_Pickler):
         payload: object,
         threshold: int,
         tensor_type: type[Any] | None,
+        same_host: bool = False,
+        cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] | None = None,
     ) -> bool:
         try:
-            return super().run(frames, payload, threshold, tensor_type)
+            return super().run(frames, payload, threshold, tensor_type, same_host, cuda_reduced)
         finally:
             self.pids.clear()
 
@@ -584,15 +617,31 @@ def _reduce_memoryview(view: memoryview, threshold: int) -> tuple[Any, ...]:
     return _rebuild_memoryview, (data, layout)
 
 
-def _reduce_tensor(tensor: Any) -> tuple[Any, ...] | None:
-    """A torch CPU tensor as raw bytes out-of-band, or None to let torch pickle it."""
+def _reduce_tensor(
+    tensor: Any,
+    same_host: bool = False,
+    cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] | None = None,
+) -> tuple[Any, ...] | None:
+    """A torch CPU tensor as raw bytes out-of-band, a CUDA tensor staged or by IPC
+    handle (see ``_cuda``), or None to let torch pickle it.
+
+    ``cuda_reduced`` remembers the CUDA reductions of one ``encode`` across its
+    pickling passes: each costs a device copy, and an IPC share that no message
+    carries would keep its block in torch's limbo for good.
+    """
     torch = sys.modules["torch"]
-    if (
-        not tensor.is_cpu
-        or tensor.layout != torch.strided
-        or tensor.is_quantized
-        or tensor.is_nested
-    ):
+    if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
+        return None
+    if tensor.is_cuda:
+        if cuda_reduced is not None:
+            seen = cuda_reduced.get(id(tensor))
+            if seen is not None:
+                return seen[1]
+        reduced = reduce_cuda_tensor(tensor, _dtype_name(tensor.dtype), same_host)
+        if cuda_reduced is not None:
+            cuda_reduced[id(tensor)] = (tensor, reduced)  # the tensor keeps its id unique
+        return reduced
+    if not tensor.is_cpu:
         return None
     try:
         # Viewing as uint8 lets numpy carry every dtype, bfloat16 included; detach and
@@ -608,11 +657,16 @@ def _reduce_tensor(tensor: Any) -> tuple[Any, ...] | None:
         )
     except (RuntimeError, TypeError, ValueError):  # numpy missing, or an exotic dtype
         return None
-    dtype = tensor.dtype
+    name = _dtype_name(tensor.dtype)
+    return _rebuild_tensor, (PickleBuffer(flat), name, tuple(tensor.shape), tensor.requires_grad)
+
+
+def _dtype_name(dtype: Any) -> str:
+    """A torch dtype's name in the torch module (``torch.float32`` -> ``"float32"``)."""
     name = _torch_dtype_names.get(dtype)
     if name is None:
         name = _torch_dtype_names[dtype] = str(dtype).removeprefix("torch.")
-    return _rebuild_tensor, (PickleBuffer(flat), name, tuple(tensor.shape), tensor.requires_grad)
+    return name
 
 
 # -- decoding -------------------------------------------------------------------------

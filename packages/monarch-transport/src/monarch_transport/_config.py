@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from typing import Final
 
-from monarch_config import Choice, Size, Text, declare
+from monarch_config import Bool, Choice, Int, Size, Text, declare
 
-__all__ = ["BACKEND", "INTEGRITY", "MAX_MESSAGE_SIZE", "TLS_CA", "TLS_CERT", "TLS_KEY"]
+__all__ = [
+    "BACKEND",
+    "CUDA_IPC",
+    "HOST_GPUS",
+    "INTEGRITY",
+    "MAX_MESSAGE_SIZE",
+    "TLS_CA",
+    "TLS_CERT",
+    "TLS_KEY",
+]
 
 _OWNER: Final = "monarch-transport"
 
@@ -65,3 +74,23 @@ TLS_KEY = declare(
     owner=_OWNER,
 )
 
+CUDA_IPC = declare(
+    "cuda_ipc",
+    Bool(),
+    True,
+    env="MONARCH_CUDA_IPC",
+    doc="Whether a CUDA tensor sent to another process on the same host travels as a CUDA "
+    "IPC handle (the receiver copies it device to device) when every process of the host "
+    "sees the same GPU; off, or otherwise, it is staged through pinned host memory.",
+    owner=_OWNER,
+)
+HOST_GPUS = declare(
+    "host_gpus",
+    Int(minimum=0, optional=True, what="a number of GPUs"),
+    None,
+    env="MONARCH_HOST_GPUS",
+    doc="How many GPUs this process's host has (set by the runtime in the processes it "
+    "starts, which may each see only their own GPU). CUDA IPC between processes of a host "
+    "is used only when it has exactly one; unset, the GPUs this process sees are counted.",
+    owner=_OWNER,
+)

@@ -61,11 +61,23 @@ class ActorEndpoint(Generic[P, R]):
         self._name = prop.name
         self._plain = plain  # a method without @endpoint, reached through as_endpoint()
 
-    def _message(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Frames:
+    def _message(self, args: tuple[Any, ...], kwargs: dict[str, Any], shape: Shape) -> Frames:
         self._prop.bind(args, kwargs)
         if extensions._transforms:
             args, kwargs = extensions.transformed(self._mesh, args, kwargs)
-        return encode((args, kwargs))
+        return encode((args, kwargs), same_host=self._one_peer_here(shape))
+
+    def _one_peer_here(self, shape: Shape) -> bool:
+        """Whether a call on ``shape`` goes to one actor, in another process of
+        this host: its CUDA tensor arguments may then travel by CUDA IPC. Each
+        IPC handle is opened once, so a message for several actors is staged;
+        so is one whose process has not started yet (its address is unknown)."""
+        if len(shape) != 1:
+            return False
+        addresses = self._mesh._procs._table.addresses
+        rank = shape.ndslice[0]
+        address = addresses[rank] if 0 <= rank < len(addresses) else None
+        return bool(address) and get_runtime().same_host_peer(address)  # type: ignore[arg-type]
 
     def _cast(
         self,
@@ -126,8 +138,8 @@ class ActorEndpoint(Generic[P, R]):
             to arrive, the second with the next, and so on. A failed reply
             fails its future only.
         """
-        frames = self._message(args, kwargs)
         shape = self._mesh._shape
+        frames = self._message(args, kwargs, shape)
         gather = Gather(get_runtime(), len(shape), "stream", describe=self._describe(shape))
         self._cast(self._mesh._shape, frames, gather)
         return (Future._of(waiter) for waiter in gather.stream)
@@ -141,12 +153,13 @@ class ActorEndpoint(Generic[P, R]):
             SupervisionError: the mesh's actors are known to have failed or stopped.
             RuntimeError: the spawn of this mesh was refused.
         """
-        self._cast(self._mesh._shape, self._message(args, kwargs), None)
+        shape = self._mesh._shape
+        self._cast(shape, self._message(args, kwargs, shape), None)
 
     def _gathered(
         self, mode: str, shape: Shape, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
-        frames = self._message(args, kwargs)
+        frames = self._message(args, kwargs, shape)
         gather = Gather(
             get_runtime(), len(shape), mode, _value_mesh_over(shape), self._describe(shape)
         )
@@ -179,7 +192,8 @@ class ActorEndpoint(Generic[P, R]):
     def _keep(self, args: tuple[Any, ...], kwargs: dict[str, Any], keep: Any) -> None:
         """Call every actor; each result is handed to the receiving process's
         ``keep`` extension with ``keep`` instead of being answered."""
-        self._cast(self._mesh._shape, self._message(args, kwargs), None, keep=keep)
+        shape = self._mesh._shape
+        self._cast(shape, self._message(args, kwargs, shape), None, keep=keep)
 
     @property
     def propagate(self) -> Any:
@@ -230,7 +244,7 @@ def send(
     if selection == "choose":
         rank = shape.ndslice[random.randrange(len(shape))]
         shape = Shape([], Slice(offset=rank, sizes=[], strides=[]))
-    endpoint._cast(shape, endpoint._message(tuple(args), dict(kwargs)), None, port)
+    endpoint._cast(shape, endpoint._message(tuple(args), dict(kwargs), shape), None, port)
 
 
 def _value_mesh_over(shape: Shape) -> Any:

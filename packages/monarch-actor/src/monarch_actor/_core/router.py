@@ -310,8 +310,22 @@ class Runtime:
 
     def send(self, address: str, header: dict[str, Any], payload: object) -> None:
         """Encode on the calling thread and send: from this thread when the
-        connection is idle, else through the loop (in order either way)."""
-        self.send_frames(address, encode(payload, header))
+        connection is idle, else through the loop (in order either way).
+
+        To another process of this host, CUDA tensors in ``payload`` may travel
+        as CUDA IPC handles (see ``monarch_transport.encode``'s ``same_host``)."""
+        self.send_frames(address, encode(payload, header, same_host=self.same_host_peer(address)))
+
+    def same_host_peer(self, address: str) -> bool:
+        """Whether ``address`` is another process on this host: a Unix socket,
+        or TCP on this process's own host (never this process itself, whose
+        messages to itself are copied rather than sent, nor an ``inproc://``
+        address, which lives in this process too)."""
+        if not address or address == self.address or address in self.aliases:
+            return False
+        if address.startswith("inproc://"):
+            return False
+        return _host_of(address, self._own_host) == ""
 
     def send_frames(self, address: str, frames: Frames, batch: bool = False) -> None:
         """Send an encoded message from any thread, in order (``batch``: no

@@ -20,6 +20,17 @@ Prints one JSON object: ``{"memcpy_64m": B/s, "copy_1m": B/s, "copy_64m": B/s,
 the copies timed around those reads).
 
     python tools/bench/rdma_bench.py --impl ours
+
+With ``--cuda`` (ours only) it measures CUDA memory instead, on one GPU: the
+owner's buffers are CUDA tensors of 1, 16 and 256 MiB and 1 GiB, this process reads
+into and writes from CUDA tensors with the ``cuda_ipc`` backend (forced, so
+a fallback would fail rather than be measured), and, in the same run, an
+in-process device copy of each size (``dst.copy_(src)``, timed from the host
+around ``torch.cuda.synchronize()``, and by CUDA events); each best of N.
+Prints one JSON object with B/s per row and the ratios to the host-timed
+copy, or ``{"skipped": reason}`` (and the reason on stderr) without CUDA.
+
+    python tools/bench/rdma_bench.py --impl ours --cuda
 """
 
 from __future__ import annotations
@@ -125,12 +136,127 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+CUDA_SIZES = {"1m": 1 << 20, "16m": 16 << 20, "256m": 256 << 20, "1g": 1 << 30}
+CUDA_SAMPLES = {"1m": 200, "16m": 50, "256m": 30, "1g": 10}
+
+
+def cuda_skip_reason() -> str | None:
+    """Why the CUDA benchmark cannot run here (None: it can)."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device"
+    return None
+
+
+def cuda_workload(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    import monarch_rdma
+    from monarch.actor import Actor, endpoint, this_host
+    from monarch.rdma import RDMABuffer
+
+    class CudaOwner(Actor):
+        def __init__(self) -> None:
+            self.tensors: dict[str, torch.Tensor] = {}
+
+        @endpoint
+        def buffer(self, key: str, size: int) -> RDMABuffer:
+            tensor = torch.ones(size, dtype=torch.uint8, device="cuda")
+            torch.cuda.synchronize()
+            self.tensors[key] = tensor
+            return RDMABuffer(tensor)
+
+    def best(fn: Callable[[], object], samples: int) -> tuple[float, float]:
+        times = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times), statistics.median(times)
+
+    def synchronized_copy(dst: Any, src: Any) -> None:
+        dst.copy_(src)
+        torch.cuda.synchronize()
+
+    def event_copy_seconds(dst: Any, src: Any, samples: int) -> float:
+        times = []
+        for _ in range(samples):
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            dst.copy_(src)
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) / 1e3)
+        return min(times)
+
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    owner = procs.spawn("owner", CudaOwner)
+    monarch_rdma.configure(backend="cuda_ipc")
+    results: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    for key, size in CUDA_SIZES.items():
+        buffer = owner.buffer.call_one(key, size).get()
+        local = torch.zeros(size, dtype=torch.uint8, device="cuda")
+        src = torch.ones(size, dtype=torch.uint8, device="cuda")
+        dst = torch.zeros(size, dtype=torch.uint8, device="cuda")
+        samples = CUDA_SAMPLES[key]
+        row: dict[str, Any] = {"backend": buffer.backend}
+        for _ in range(3):  # warm up: first opens, allocator, streams
+            buffer.read_into(local).get()
+            buffer.write_from(local).get()
+            synchronized_copy(dst, src)
+        torch.cuda.synchronize()
+        copy_best, copy_median = best(lambda d=dst, s=src: synchronized_copy(d, s), samples)
+        for op in ("read", "write"):
+            run = (
+                (lambda b=buffer, t=local: b.read_into(t).get())
+                if op == "read"
+                else (lambda b=buffer, t=local: b.write_from(t).get())
+            )
+            fastest, median = best(run, samples)
+            row[f"{op}_{key}"] = size / fastest
+            row[f"{op}_{key}_median"] = size / median
+        again_best, again_median = best(lambda d=dst, s=src: synchronized_copy(d, s), samples)
+        copy_best = min(copy_best, again_best)  # timed before and after the transfers
+        row[f"copy_{key}"] = size / copy_best
+        row[f"copy_{key}_median"] = size / statistics.median([copy_median, again_median])
+        row[f"copy_events_{key}"] = size / event_copy_seconds(dst, src, samples)
+        for op in ("read", "write"):
+            row[f"ratio_{op}_{key}"] = row[f"{op}_{key}"] / row[f"copy_{key}"]
+            row[f"ratio_events_{op}_{key}"] = row[f"{op}_{key}"] / row[f"copy_events_{key}"]
+            log(
+                f"cuda_ipc {op} {key}: {row[f'{op}_{key}'] / 1e9:.0f} GB/s, device copy "
+                f"{row[f'copy_{key}'] / 1e9:.0f} GB/s (host-timed; "
+                f"{row[f'copy_events_{key}'] / 1e9:.0f} by events): "
+                f"{row[f'ratio_{op}_{key}']:.0%} ({row[f'ratio_events_{op}_{key}']:.0%})"
+            )
+        results[key] = row
+        del local, src, dst, buffer  # before the next size's tensors
+    procs.stop().get()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--impl", choices=("ours", "monarch"), required=True)
     parser.add_argument("--repeat", type=int, default=1, help="ignored (medians of many)")
+    parser.add_argument(
+        "--cuda", action="store_true", help="cuda_ipc on CUDA tensors beside a device copy (ours)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("MONARCH_PRELOAD", "torch")
+    if args.cuda:
+        if args.impl != "ours":
+            parser.error("--cuda measures this project's cuda_ipc backend: use --impl ours")
+        reason = cuda_skip_reason()
+        if reason is not None:
+            log(f"rdma_bench --cuda skipped: {reason}")
+            print(json.dumps({"skipped": reason}))
+            return
+        print(json.dumps(cuda_workload(args)))
+        return
     print(json.dumps(workload(args)))
 
 

@@ -4,11 +4,13 @@ dropped while it ran, ibverbs queue pairs a peer makes the owner create are
 bounded and released with its connection, and an owner lets only the
 readers that asked ptrace it, never every process of its user."""
 
+import contextlib
 import dataclasses
 import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
 import types
 import warnings
@@ -106,7 +108,7 @@ class FakeDevice:
 
     def __init__(self, view):
         self.view = view
-        self.device = "cuda:0"
+        self.device = types.SimpleNamespace(type="cuda", index=0)
 
     def __getitem__(self, key):
         return FakeDevice(self.view[key])
@@ -114,8 +116,18 @@ class FakeDevice:
     def numel(self):
         return len(self.view)
 
-    def copy_(self, other):
+    def copy_(self, other, non_blocking=False):
         self.view[:] = other.view
+
+
+class FakeEvent:
+    """A CUDA event whose copy has always completed (host copies are synchronous)."""
+
+    def record(self, stream):
+        self.stream = stream
+
+    def synchronize(self):
+        pass
 
 
 @pytest.fixture
@@ -123,8 +135,16 @@ def fake_cuda(monkeypatch):
     """The owner's side of cuda_ipc on host bytes: a "CUDA" region and the
     peer's shared staging memory, each a FakeDevice; records what is opened."""
     opened = []
-    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda device: None))
+    torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(
+            device=lambda device: contextlib.nullcontext(),
+            stream=lambda stream: contextlib.nullcontext(),
+            Stream=lambda device: object(),
+            Event=FakeEvent,
+        )
+    )
     monkeypatch.setattr(_cuda_ipc, "torch_module", lambda: torch)
+    monkeypatch.setattr(_cuda_ipc, "_copy_streams", threading.local())  # fake streams stay here
     monkeypatch.setattr(_cuda_ipc, "bytes_of", lambda memory: FakeDevice(memory.keep))
     peer = FakeDevice(memoryview(bytearray(64)))
     monkeypatch.setattr(_cuda_ipc, "open_shared", lambda items: opened.append(items) or peer)
@@ -147,9 +167,10 @@ class Answers:
         self.sent += messages
 
 
-def copy_request(region, write, offset=0, length=16):
-    args = {"handle": ["00"], "write": write}
-    return _backend.OwnerRequest(_cuda_ipc.CUDA_COPY, 1, offset, length, args, region)
+def copy_request(region, write, offset=0, length=16, handle=("00",), resources=None, **more):
+    args = {"handle": list(handle), "write": write, **more}
+    resources = resources or _backend.ConnectionResources()
+    return _backend.OwnerRequest(_cuda_ipc.CUDA_COPY, 1, offset, length, args, region, resources)
 
 
 def test_cuda_ipc_the_owner_copies_and_refuses_writes_to_read_only_memory(fake_cuda):
@@ -174,6 +195,49 @@ def test_cuda_ipc_writes_only_the_registered_range(fake_cuda):
     fake_cuda.peer.view[:] = b"w" * 64
     _cuda_ipc._serve_copy(Answers(), copy_request(region, write=True, offset=8, length=8))
     assert data == bytes(8) + b"w" * 8 + bytes(16)
+
+
+def test_cuda_ipc_the_owner_keeps_the_peers_memory_open_per_connection(fake_cuda):
+    """A repeated transfer on one connection opens the peer's storage once;
+    the peer's "forget" closes it, and so does the connection closing; the
+    region is still checked on every request (a dropped one is refused)."""
+    data = bytearray(b"x" * 32)
+    region = fake_cuda.region(data, readonly=False)
+    conn = _backend.ConnectionResources()
+    for _ in range(3):
+        _cuda_ipc._serve_copy(Answers(), copy_request(region, write=False, resources=conn))
+    assert fake_cuda.opened == [["00"]]
+    cache = _cuda_ipc._opened_for(conn)
+    assert len(cache) == 1
+    other = _backend.ConnectionResources()  # another connection opens its own
+    _cuda_ipc._serve_copy(Answers(), copy_request(region, write=False, resources=other))
+    assert len(fake_cuda.opened) == 2
+    key = _cuda_ipc.export_key(["00"])
+    _cuda_ipc._serve_copy(Answers(), copy_request(region, False, resources=conn, forget=[key]))
+    assert len(fake_cuda.opened) == 3  # forgotten first, so opened again for this copy
+    dropped = _backend.OwnerRequest(_cuda_ipc.CUDA_COPY, 1, 0, 4,
+                                    {"handle": ["01"], "write": False, "forget": [key]}, None,
+                                    conn)  # fmt: skip
+    with pytest.raises(_wire.RequestError) as refused:
+        _cuda_ipc._serve_copy(Answers(), dropped)
+    assert refused.value.status == _wire.Status.DROPPED
+    assert len(cache) == 0  # the forget still took effect
+    _cuda_ipc._serve_copy(Answers(), copy_request(region, write=False, resources=conn))
+    conn.close()
+    assert len(cache) == 0
+
+
+def test_cuda_ipc_copies_at_the_peers_offset_and_checks_its_size(fake_cuda):
+    data = bytearray(b"0123456789abcdef")
+    region = fake_cuda.region(data, readonly=False)
+    _cuda_ipc._serve_copy(Answers(), copy_request(region, False, offset=2, length=4, at=60))
+    assert bytes(fake_cuda.peer.view[60:64]) == b"2345"
+    with pytest.raises(_wire.RequestError, match="smaller than the range"):
+        _cuda_ipc._serve_copy(Answers(), copy_request(region, False, length=8, at=60))
+    for bad in ({"at": -1}, {"at": True}, {"forget": "k"}, {"forget": ["k"] * 65}):
+        with pytest.raises(_wire.RequestError) as refused:
+            _cuda_ipc._serve_copy(Answers(), copy_request(region, False, **bad))
+        assert refused.value.status == _wire.Status.BAD_REQUEST
 
 
 def test_cuda_ipc_never_exports_the_owners_memory():

@@ -56,15 +56,20 @@ def test_views_slices_and_uint8_views():
     assert weights[12] == -1 and weights[13] == -1 and weights[11] == 11
 
 
-def test_cuda_is_a_clear_error_without_a_gpu():
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
+def test_forcing_cuda_ipc_on_host_tensors_is_a_clear_error():
+    """Without a GPU, cuda_ipc says CUDA is missing; with one, that it moves
+    CUDA memory and this buffer is host memory."""
     import monarch_rdma
 
+    reason = (
+        "the remote buffer is host memory"
+        if torch.cuda.is_available()
+        else "torch sees no CUDA device"
+    )
     old = monarch_rdma.configure(backend="cuda_ipc")
     try:
         buffer = RDMABuffer(torch.zeros(4))
-        with pytest.raises(RDMABackendUnavailable, match="torch sees no CUDA device"):
+        with pytest.raises(RDMABackendUnavailable, match=reason):
             buffer.read_into(torch.zeros(4)).get(timeout=5)
     finally:
         monarch_rdma.configure(backend=old.backend)

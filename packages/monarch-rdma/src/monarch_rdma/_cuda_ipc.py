@@ -14,43 +14,80 @@ buffer, and the bytes around any buffer, writable by whoever holds it, and
 usable after ``drop()``.
 
 So the owner does every copy itself, on its own device, into or out of
-memory the *peer* shares (operation ``CUDA_COPY``): the peer keeps a
-staging allocation of its own (reused between transfers), sends its IPC
-handle with the request, and copies between it and its tensor on its side.
-The owner checks the range, refuses a write to a read-only buffer, holds a
-use of the region for the copy and synchronizes before answering: once
-``drop()`` returns, no copy of it runs. What the peer shares is its own
-staging memory, which it lends for that purpose. It costs a device copy on
-the peer's side and a round trip per transfer. Everything here needs torch
-with CUDA; without it the errors say so.
+memory the *peer* shares (operation ``CUDA_COPY``). For a CUDA tensor of
+the peer that is the tensor itself: the peer lends its storage (torch's
+CUDA IPC sharing, which keeps the peer's memory from being reused while the
+owner has it open) and the owner copies straight between it and the
+registered range, one device copy per transfer. For host memory of the
+peer, the peer stages through a device allocation of its own. What the peer
+lends is its own memory, to a process of the job on its host that the
+owner's Unix socket authenticates: the owner's side of the data plane
+already reads a cma writer's whole address space.
+
+Per transfer the owner still checks everything, as before: the region is
+registered (not dropped), the range lies inside it, a write is refused on a
+read-only buffer, and the copy runs under a use of the region, waited for
+(an event on the copy's own stream, not the whole device) before the owner
+answers: once ``drop()`` returns, no copy of it runs. What is cached is
+only the *peer's* side: the owner keeps the peer's opened storages per
+connection (at most :data:`OPENED_PER_CONNECTION`, least recently used
+first out, all closed when the connection closes, and each one as soon as
+the peer says its storage is gone), and the peer keeps the description of
+each storage it shared while that storage lives, so a repeated transfer
+costs one round trip on the owner's Unix socket and one device copy.
+Everything here needs torch with CUDA; without it the errors say so.
 """
 
 from __future__ import annotations
 
+import collections
+import importlib
 import sys
 import threading
+import weakref
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import monarch_rdma._backends as _backends
 import monarch_rdma._control as _control
 
-from ._backend import OwnerRequest
+from ._backend import ConnectionResources, OwnerRequest
 from ._cuda_memory import bytes_of, cuda_available, torch_module
 from ._handle import Handle
 from ._identity import this_host
 from ._memory import LocalMemory
 from ._wire import Channel, RequestError, Status, answer, readonly_message
 
-__all__ = ["CUDA_COPY", "CudaIpcBackend", "open_shared", "share"]
+__all__ = [
+    "CUDA_COPY",
+    "CudaIpcBackend",
+    "ExportCache",
+    "OpenedCache",
+    "export_key",
+    "open_shared",
+    "share",
+]
 
-CUDA_COPY = 8  # args {"handle": the peer's staging, "write": bool}: the owner copies the range
-IDLE_STAGING = 4  # staging allocations a peer keeps per device for reuse
+CUDA_COPY = 8
+"""args {"handle": the peer's shared storage, "at": where its range starts in
+that storage, "write": bool, "forget": keys of storages the peer let go}:
+the owner copies the range between its region and the peer's storage."""
+IDLE_STAGING = 4  # staging allocations a peer keeps per device for reuse (host memory only)
+OPENED_PER_CONNECTION = 8  # peer storages an owner keeps open per connection
+MAX_FORGET = 64  # keys one request may ask the owner to forget
 
 
-def share(tensor: Any) -> list[Any]:
-    """The CUDA IPC description of ``tensor``'s storage, as JSON can carry it."""
-    shared = tensor.untyped_storage()._share_cuda_()
+def share(storage: Any) -> list[Any]:
+    """The CUDA IPC description of a CUDA ``storage``, as JSON can carry it."""
+    shared = storage._share_cuda_()
     return [item.hex() if isinstance(item, bytes) else item for item in shared]
+
+
+def export_key(items: list[Any]) -> str:
+    """The name both sides give one shared storage (its whole description:
+    the IPC handle, the offset, and torch's reference counter slot, which is
+    new for every share)."""
+    return "|".join(str(item) for item in items)
 
 
 def open_shared(items: list[Any]) -> Any:
@@ -63,15 +100,154 @@ def open_shared(items: list[Any]) -> Any:
     return flat
 
 
+class OpenedCache:
+    """What one connection's peer had the owner open (its shared storages),
+    by :func:`export_key`: at most ``limit``, the least recently used closed
+    first. Closing one is dropping the owner's reference (torch then closes
+    the IPC mapping and tells the peer's allocator it may reuse the memory)."""
+
+    def __init__(self, limit: int = OPENED_PER_CONNECTION) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._opened: collections.OrderedDict[str, Any] = collections.OrderedDict()
+
+    def get(self, key: str, open_it: Callable[[], Any]) -> Any:
+        """The object opened for ``key``, opening it (``open_it()``) the first time."""
+        with self._lock:
+            found = self._opened.get(key)
+            if found is not None:
+                self._opened.move_to_end(key)
+                return found
+        opened = open_it()  # outside the lock: opening maps memory (milliseconds)
+        with self._lock:
+            self._opened[key] = opened
+            self._opened.move_to_end(key)
+            while len(self._opened) > self._limit:
+                self._opened.popitem(last=False)
+        return opened
+
+    def forget(self, keys: list[str]) -> None:
+        """Close what was opened for ``keys`` (those not open are ignored)."""
+        with self._lock:
+            for key in keys:
+                self._opened.pop(key, None)
+
+    def clear(self) -> None:
+        """Close everything (the connection closed)."""
+        with self._lock:
+            self._opened.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._opened)
+
+
+class ExportCache:
+    """The peer's side: the description of each storage it shared, while the
+    storage lives, and which owners were sent it, so that each is told (in
+    its next request) to close its mapping once the storage is gone.
+
+    ``ref(storage)`` makes a weak reference with ``expired()`` and a
+    ``cdata`` identity (torch's ``StorageWeakRef``: while it exists, no other
+    storage gets that identity); ``describe(storage)`` shares it."""
+
+    def __init__(self, ref: Callable[[Any], Any], describe: Callable[[Any], list[Any]]) -> None:
+        self._ref = ref
+        self._describe = describe
+        self._lock = threading.Lock()
+        self._live: dict[int, tuple[Any, list[Any], set[Hashable]]] = {}
+        self._pending: dict[Hashable, list[str]] = {}  # owner -> keys to forget
+
+    def items_for(self, storage: Any, owner: Hashable) -> list[Any]:
+        """The shared description of ``storage``, sent to ``owner``."""
+        ref = self._ref(storage)
+        with self._lock:
+            self._prune()
+            entry = self._live.get(ref.cdata)
+            if entry is None:
+                items = self._describe(storage)
+                entry = (ref, items, set())
+                self._live[ref.cdata] = entry
+            entry[2].add(owner)
+            return entry[1]
+
+    def take_forgotten(self, owner: Hashable) -> list[str]:
+        """Keys of storages gone since ``owner`` was last told (at most
+        :data:`MAX_FORGET`; the rest wait for the next request)."""
+        with self._lock:
+            self._prune()
+            keys = self._pending.get(owner, [])
+            told, rest = keys[:MAX_FORGET], keys[MAX_FORGET:]
+            if rest:
+                self._pending[owner] = rest
+            else:
+                self._pending.pop(owner, None)
+            return told
+
+    def _prune(self) -> None:
+        for cdata, (ref, items, owners) in list(self._live.items()):
+            if ref.expired():
+                del self._live[cdata]
+                key = export_key(items)
+                for owner in owners:
+                    self._pending.setdefault(owner, []).append(key)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._live)
+
+
+# connection -> what its peer had us open; closed with the connection
+_opened: weakref.WeakKeyDictionary[ConnectionResources, OpenedCache] = weakref.WeakKeyDictionary()
+_opened_lock = threading.Lock()
+_copy_streams = threading.local()  # per server thread: device index -> its copy stream
+
+
+def _opened_for(resources: ConnectionResources) -> OpenedCache:
+    with _opened_lock:
+        cache = _opened.get(resources)
+        if cache is None:
+            cache = _opened[resources] = OpenedCache()
+            resources.hold("cuda_ipc mappings", cache.clear)
+        return cache
+
+
+def _copy_stream(torch: Any, device: Any) -> tuple[Any, Any]:
+    """This server thread's stream on ``device``, and an event to wait for
+    its copies with: the copy waits for nothing else the owner runs, and
+    nothing else waits for it. Both made once per thread (an event is
+    re-recorded for each copy, which this thread waits for before the next)."""
+    streams = getattr(_copy_streams, "by_device", None)
+    if streams is None:
+        streams = _copy_streams.by_device = {}
+    made = streams.get(device.index)
+    if made is None:
+        made = streams[device.index] = (torch.cuda.Stream(device=device), torch.cuda.Event())
+    return made
+
+
 def _serve_copy(chan: Channel, request: OwnerRequest) -> None:
     """Owner side of ``CUDA_COPY``: copy the range between the region and
-    the peer's shared staging memory, under a use of the region."""
-    region = request.registered()
-    memory = region.memory
+    the peer's shared memory, under a use of the region."""
     write = request.args.get("write")
     items = request.args.get("handle")
-    if not isinstance(write, bool) or not isinstance(items, list):
+    at = request.args.get("at", 0)
+    forget = request.args.get("forget", [])
+    if (
+        not isinstance(write, bool)
+        or not isinstance(items, list)
+        or not isinstance(at, int)
+        or isinstance(at, bool)
+        or at < 0
+        or not isinstance(forget, list)
+        or len(forget) > MAX_FORGET
+        or not all(isinstance(key, str) for key in forget)
+    ):
         raise RequestError(Status.BAD_REQUEST, "CUDA_COPY needs a shared handle and a direction")
+    opened = _opened_for(request.resources)
+    opened.forget(forget)  # first: the peer's storages are gone even if this copy is refused
+    region = request.registered()  # every transfer: not dropped
+    memory = region.memory
     if not memory.is_cuda:
         raise RequestError(Status.BAD_REQUEST, "cuda_ipc copies CUDA memory; this is host memory")
     if write and memory.readonly:
@@ -84,29 +260,45 @@ def _serve_copy(chan: Channel, request: OwnerRequest) -> None:
             f"{request.buffer_id} ({memory.nbytes} bytes)",
         )
     torch = torch_module()
-    theirs = open_shared(items)
-    if theirs.numel() < length:
-        raise RequestError(
-            Status.BAD_REQUEST, "the shared staging memory is smaller than the range"
-        )
     mine = bytes_of(memory)[offset : offset + length]
-    with region.touching():  # drop() waits for the copy, synchronized, to end
-        if write:
-            mine.copy_(theirs[:length])
-        else:
-            theirs[:length].copy_(mine)
-        torch.cuda.synchronize(mine.device)
+    stream, done = _copy_stream(torch, mine.device)
+    with torch.cuda.stream(stream):  # switches to the stream's device, and back
+        # opened on the copy stream: torch makes it wait for the peer's sharing event
+        try:
+            theirs = opened.get(export_key(items), lambda: open_shared(items))
+        except Exception as error:  # a malformed or stale handle: the peer's, not ours
+            raise RequestError(
+                Status.BAD_REQUEST, f"cannot open the peer's shared CUDA memory: {error}"
+            ) from None
+        if at + length > theirs.numel():
+            raise RequestError(
+                Status.BAD_REQUEST, "the peer's shared CUDA memory is smaller than the range"
+            )
+        with region.touching():  # drop() waits for the copy, completed, to end
+            if write:
+                mine.copy_(theirs[at : at + length], non_blocking=True)
+            else:
+                theirs[at : at + length].copy_(mine, non_blocking=True)
+            done.record(stream)
+            done.synchronize()  # this copy only: not the device, not the owner's other work
     answer(chan, Status.OK)
 
 
+def _storage_ref(storage: Any) -> Any:
+    """torch's weak reference to ``storage`` (``expired()``, ``cdata``)."""
+    reductions: Any = importlib.import_module("torch.multiprocessing.reductions")
+    return reductions.StorageWeakRef(storage)
+
+
 class CudaIpcBackend:
-    """Device copies the owner makes between its memory and the peer's staging."""
+    """Device copies the owner makes between its memory and the peer's."""
 
     name = "cuda_ipc"
 
     def __init__(self) -> None:
         self._idle: dict[str, list[Any]] = {}  # device -> staging tensors not in use
         self._lock = threading.Lock()
+        self.exports = ExportCache(_storage_ref, share)
 
     def available(self) -> bool:
         return cuda_available()
@@ -142,6 +334,27 @@ class CudaIpcBackend:
             idle.sort(key=lambda t: t.numel())
             del idle[IDLE_STAGING:]
 
+    def _copy(self, handle: Handle, shared: Any, write: bool, remote_offset: int,
+              nbytes: int, deadline: float) -> None:  # fmt: skip
+        """One ``CUDA_COPY`` between the region and ``shared`` (a flat uint8
+        CUDA tensor of ours); the owner answers once the copy has completed."""
+        torch = torch_module()
+        storage = shared.untyped_storage()
+        at = int(shared.data_ptr()) - int(storage.data_ptr())
+        owner = handle.owner.local or handle.owner.server
+        args = {
+            "handle": self.exports.items_for(storage, owner),
+            "at": at,
+            "write": write,
+            "forget": self.exports.take_forgotten(owner),
+        }
+        # The owner's copy runs on its own stream: our work on this memory
+        # (a kernel producing a write's source, or still reading a read's
+        # destination) must have finished. Only this stream, not the device.
+        torch.cuda.current_stream(shared.device.index).synchronize()
+        _control.request(handle, CUDA_COPY, deadline, args, remote_offset, nbytes,
+                         local=bool(handle.owner.local))  # fmt: skip
+
     def transfer(
         self,
         handle: Handle,
@@ -152,25 +365,37 @@ class CudaIpcBackend:
         deadline: float,
     ) -> None:
         torch = torch_module()
-        device = local.device if local.is_cuda else handle.device
-        if local.is_cuda:
-            mine = bytes_of(local)[:nbytes]
-        else:
+        mine: Any = None  # the local bytes, as a tensor (None: nothing to move)
+        if local.is_cuda and nbytes:
+            flat = bytes_of(local)
+            start = local.addr - int(flat.data_ptr())  # a piece of the tensor starts further on
+            mine = flat[start : start + nbytes]
+            try:
+                # straight between the owner's memory and ours: one device copy
+                self._copy(handle, mine, write, remote_offset, nbytes, deadline)
+                return
+            except RuntimeError as error:
+                # torch will not share a storage it received from another
+                # process (nothing moved): stage it; anything else is a failure
+                if "received from another process" not in str(error):
+                    raise
+        elif nbytes:
             mine = torch.frombuffer(local.view(0, nbytes), dtype=torch.uint8)
+        device = local.device if local.is_cuda else handle.device
         staging = self._take(device, nbytes)
         try:
-            if write:
+            if write and mine is not None:
                 staging[:nbytes].copy_(mine)
-                torch.cuda.synchronize(staging.device)
-            _control.request(handle, CUDA_COPY, deadline, {"handle": share(staging),
-                             "write": write}, remote_offset, nbytes)  # fmt: skip
-            if not write:
+            self._copy(handle, staging[:nbytes], write, remote_offset, nbytes, deadline)
+            if not write and mine is not None:
                 mine.copy_(staging[:nbytes])
-                torch.cuda.synchronize(staging.device)
+                torch.cuda.current_stream(staging.device.index).synchronize()
         finally:
             self._give(device, staging)
 
 
 _backends.register(
-    _backends.Registration(CudaIpcBackend(), rank=10, owner_ops={CUDA_COPY: _serve_copy})
+    _backends.Registration(
+        CudaIpcBackend(), rank=10, owner_ops={CUDA_COPY: _serve_copy}, copies_in_caller=True
+    )
 )

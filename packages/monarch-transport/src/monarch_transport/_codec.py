@@ -35,7 +35,7 @@ import io
 import pickle
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pickle import PickleBuffer
 from types import FunctionType
 from typing import Any, Final
@@ -110,7 +110,7 @@ def encode(
     *,
     max_size: int | None = None,
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
-    same_host: bool = False,
+    same_host: bool | Callable[[], bool] = False,
 ) -> list[bytes | memoryview]:
     """Encode ``payload`` and ``header`` into frames: ``[header, pickle, *buffers]``.
 
@@ -132,6 +132,8 @@ def encode(
             ``cuda_ipc`` is on and every process of the host sees the same GPU)
             instead of being staged through host memory. Say it only when true:
             a receiver elsewhere cannot open the handles and fails to decode.
+            A function saying so is asked only if the payload holds a CUDA
+            tensor, keeping the check off the path of every other message.
 
     Returns:
         The frames: the header frame, the pickle frame, then any out-of-band buffers.
@@ -430,7 +432,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         self.buffers: list[PickleBuffer] = []
         self.threshold = DEFAULT_INLINE_THRESHOLD
         self.tensor_type: type[Any] | None = None
-        self.same_host = False
+        self.same_host: bool | Callable[[], bool] = False
         self.cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] | None = None
         # The last object handed to reducer_override: the one that failed, when one does.
         self.current: object = None
@@ -449,7 +451,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         payload: object,
         threshold: int,
         tensor_type: type[Any] | None,
-        same_host: bool = False,
+        same_host: bool | Callable[[], bool] = False,
         cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] | None = None,
     ) -> bool:
         """Pickle ``payload``, appending the stream and the out-of-band buffers to ``frames``.
@@ -562,7 +564,7 @@ class _BufferPickler(_Pickler):
         payload: object,
         threshold: int,
         tensor_type: type[Any] | None,
-        same_host: bool = False,
+        same_host: bool | Callable[[], bool] = False,
         cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] | None = None,
     ) -> bool:
         try:
@@ -619,7 +621,7 @@ def _reduce_memoryview(view: memoryview, threshold: int) -> tuple[Any, ...]:
 
 def _reduce_tensor(
     tensor: Any,
-    same_host: bool = False,
+    same_host: bool | Callable[[], bool] = False,
     cuda_reduced: dict[int, tuple[Any, tuple[Any, ...]]] | None = None,
 ) -> tuple[Any, ...] | None:
     """A torch CPU tensor as raw bytes out-of-band, a CUDA tensor staged or by IPC

@@ -104,7 +104,7 @@ def cuda_ipc_allowed() -> bool:
 
 
 def reduce_cuda_tensor(
-    tensor: Any, dtype_name: str, same_host: bool
+    tensor: Any, dtype_name: str, same_host: bool | Callable[[], bool]
 ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The pickle reduction of a dense CUDA tensor: by IPC handle or staged bytes.
 
@@ -112,14 +112,16 @@ def reduce_cuda_tensor(
         tensor: a strided, non-quantized CUDA ``torch.Tensor``.
         dtype_name: its dtype's name in the ``torch`` module (``"float32"``).
         same_host: the encoder's word that every destination of the message is
-            another process on this host, and that there is only one.
+            another process on this host, and that there is only one (or a
+            function saying so, asked only when a CUDA tensor is met).
 
     Returns:
         ``(rebuild, args)`` for the pickler.
     """
     global _warned_ipc_failure
     torch = sys.modules["torch"]
-    if same_host and tensor.numel() and cuda_ipc_allowed():
+    here = same_host() if callable(same_host) else same_host
+    if here and tensor.numel() and cuda_ipc_allowed():
         try:
             reduced = _reduce_ipc(torch, tensor)
         except RuntimeError as error:

@@ -65,7 +65,7 @@ class ActorEndpoint(Generic[P, R]):
         self._prop.bind(args, kwargs)
         if extensions._transforms:
             args, kwargs = extensions.transformed(self._mesh, args, kwargs)
-        return encode((args, kwargs), same_host=self._one_peer_here(shape))
+        return encode((args, kwargs), same_host=lambda: self._one_peer_here(shape))
 
     def _one_peer_here(self, shape: Shape) -> bool:
         """Whether a call on ``shape`` goes to one actor, in another process of

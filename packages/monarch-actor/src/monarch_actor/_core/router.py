@@ -17,6 +17,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import logging
 import secrets
@@ -314,7 +315,8 @@ class Runtime:
 
         To another process of this host, CUDA tensors in ``payload`` may travel
         as CUDA IPC handles (see ``monarch_transport.encode``'s ``same_host``)."""
-        self.send_frames(address, encode(payload, header, same_host=self.same_host_peer(address)))
+        same_host = functools.partial(self.same_host_peer, address)  # asked for CUDA tensors only
+        self.send_frames(address, encode(payload, header, same_host=same_host))
 
     def same_host_peer(self, address: str) -> bool:
         """Whether ``address`` is another process on this host: a Unix socket,

@@ -7,11 +7,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._mesh import DeviceMesh
 
 __all__ = ["meshes", "no_mesh", "streams", "suspended"]
 
-meshes: list[Any] = []  # DeviceMesh, innermost last
+meshes: list[DeviceMesh] = []  # innermost last
 streams: list[Any] = []  # Stream, innermost last
 _local = threading.local()
 

@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils import _pytree as pytree
 
 from ._tensor import MeshSliceTensor, Stream, Tensor
+
+if TYPE_CHECKING:
+    from monarch_actor import ProcMesh
+
+    from ._mesh import DeviceMesh
 
 __all__ = ["reduce", "reduce_", "slice_mesh", "to_mesh"]
 
@@ -18,7 +23,7 @@ def reduce(
     dims: str | Sequence[str] = (),
     reduction: str = "sum",
     scatter: bool = False,
-    mesh: Any = None,
+    mesh: object = None,
     _inplace: bool = False,
 ) -> Any:
     """``Tensor.reduce`` over every distributed tensor of a pytree.
@@ -59,7 +64,7 @@ def reduce_(
     dims: str | Sequence[str] = (),
     reduction: str = "sum",
     scatter: bool = False,
-    mesh: Any = None,
+    mesh: object = None,
 ) -> Any:
     """``Tensor.reduce_`` over every distributed tensor of a pytree.
 
@@ -80,7 +85,7 @@ def reduce_(
     return reduce(tensors, dims, reduction, scatter, mesh, True)
 
 
-def to_mesh(tensors: Any, mesh: Any, stream: Stream | None = None) -> Any:
+def to_mesh(tensors: Any, mesh: DeviceMesh | ProcMesh, stream: Stream | None = None) -> Any:
     """``Tensor.to_mesh`` over every distributed tensor (or mesh slice) of a pytree.
 
     Args:

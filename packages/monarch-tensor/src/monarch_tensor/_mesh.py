@@ -12,12 +12,12 @@ import contextlib
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from monarch_actor import ProcMesh
-from monarch_actor.extension import MeshOps
+from monarch_actor import Actor, ActorMesh, ProcMesh
+from monarch_actor.extension import MeshOps, mesh_shape, proc_mesh_id, with_shape
 from monarch_mesh import Shape
 from monarch_transport import EncodeError, encode
 
@@ -50,6 +50,17 @@ BATCH_DELAY = 0.002  # seconds a short run waits for more before it leaves
 
 _coalescing = threading.local()
 
+A = TypeVar("A", bound=Actor)
+
+
+def spawn_mesh(procs: ProcMesh, name: str, cls: type[A], *args: object) -> ActorMesh[A]:
+    """``procs.spawn(name, cls, *args)`` as the actor mesh it is (``spawn`` is
+    typed as the actor class, for its endpoints)."""
+    actors: object = procs.spawn(name, cls, *args)
+    if not isinstance(actors, ActorMesh):
+        raise TypeError(f"ProcMesh.spawn() returned {type(actors).__name__}, not an ActorMesh")
+    return actors
+
 
 class DeviceMesh(MeshOps):
     """The processes of a proc mesh as devices for distributed tensors:
@@ -66,9 +77,9 @@ class DeviceMesh(MeshOps):
 
     def __init__(self, procs: ProcMesh) -> None:
         self._procs = procs
-        self._shape = procs._shape
-        self._workers: dict[str, Any] = {}
-        self._peers: Any = procs.spawn("monarch_tensor_peer", TensorPeer)
+        self._shape = mesh_shape(procs)
+        self._workers: dict[str, ActorMesh[TensorWorker]] = {}
+        self._peers = spawn_mesh(procs, "monarch_tensor_peer", TensorPeer)
         self._lock = threading.RLock()
         self._batches: dict[str, list[tuple[Any, ...]]] = {}
         self._timer: threading.Timer | None = None
@@ -77,7 +88,7 @@ class DeviceMesh(MeshOps):
         self._worker(MAIN.name)
 
     def _new_with_shape(self, shape: Shape) -> DeviceMesh:
-        return device_mesh(self._procs._new_with_shape(shape))
+        return device_mesh(with_shape(self._procs, shape))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -147,11 +158,11 @@ class DeviceMesh(MeshOps):
 
     # -- commands ----------------------------------------------------------------------
 
-    def _worker(self, stream: str) -> Any:
+    def _worker(self, stream: str) -> ActorMesh[TensorWorker]:
         worker = self._workers.get(stream)
         if worker is None:
             name = "monarch_tensor" if stream == MAIN.name else f"monarch_tensor_{stream}"
-            worker = self._workers[stream] = self._procs.spawn(name, TensorWorker, stream)
+            worker = self._workers[stream] = spawn_mesh(self._procs, name, TensorWorker, stream)
         return worker
 
     def _send(self, stream: str, command: tuple[Any, ...]) -> None:
@@ -222,7 +233,7 @@ class DeviceMesh(MeshOps):
         dims: str | Sequence[str],
         reduction: str,
         scatter: bool,
-        mesh: Any,
+        mesh: object,
         inplace: bool,
     ) -> Tensor:
         if mesh is not None:
@@ -274,7 +285,11 @@ class DeviceMesh(MeshOps):
         return Tensor(fake, self, out, checked._stream)
 
     def _to_mesh(
-        self, tensor: Tensor, coords: dict[str, int], mesh: Any, stream: Stream | None
+        self,
+        tensor: Tensor,
+        coords: dict[str, int],
+        mesh: DeviceMesh | ProcMesh,
+        stream: Stream | None,
     ) -> Tensor:
         if isinstance(mesh, ProcMesh):
             mesh = device_mesh(mesh)
@@ -405,14 +420,19 @@ def _points(shape: Shape) -> Iterator[tuple[int, dict[str, int]]]:
         yield rank, dict(reversed(list(point.items())))
 
 
-_meshes: dict[tuple[Any, ...], DeviceMesh] = {}
+_meshes: dict[tuple[str, tuple[str, ...], tuple[int, ...], tuple[int, ...]], DeviceMesh] = {}
 _meshes_lock = threading.Lock()
 
 
 def device_mesh(procs: ProcMesh) -> DeviceMesh:
     """The one device mesh of these processes so arranged."""
-    shape = procs._shape
-    key = (procs._table.id, tuple(shape.labels), tuple(shape.extent.sizes), tuple(shape.ndslice))
+    shape = mesh_shape(procs)
+    key = (
+        proc_mesh_id(procs),
+        tuple(shape.labels),
+        tuple(shape.extent.sizes),
+        tuple(shape.ndslice),
+    )
     with _meshes_lock:
         mesh = _meshes.get(key)
         if mesh is None:

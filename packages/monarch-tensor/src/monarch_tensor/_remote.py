@@ -14,8 +14,16 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from monarch_actor import Future
-from monarch_actor.extension import transform_arguments
+from monarch_actor import ActorEndpoint, ActorMesh, Future
+from monarch_actor.extension import (
+    actor_mesh_name,
+    actor_procs,
+    call_and_keep,
+    endpoint_mesh,
+    mesh_shape,
+    proc_mesh_id,
+    transform_arguments,
+)
 
 from ._active import meshes, suspended
 from ._fetch import coordinates
@@ -117,7 +125,8 @@ class Remote:
         key = _signature(prepared)
         described = self._cache.get(key)
         if described is None:
-            mesh: DeviceMesh = prepared.mesh
+            mesh = prepared.mesh
+            assert mesh is not None
             mesh.flush()
             first = mesh._peers.slice(**{name: 0 for name in mesh.names})
             described = first.propagate.call_one(self._op, *prepared.sent).get()
@@ -134,8 +143,8 @@ class Remote:
                 raise incorrect(f"{self._name}.broadcast() needs an active mesh")
             raise ValueError(_NEEDS_MESH)
         prepared = prepare(self._name, args, kwargs)
-        mesh: DeviceMesh = prepared.mesh
-        assert prepared.stream is not None
+        mesh = prepared.mesh
+        assert mesh is not None and prepared.stream is not None
         mesh.flush()
         return mesh._worker(prepared.stream.name).call, prepared
 
@@ -225,9 +234,9 @@ def call_on_shard_and_fetch(
             f"call_on_shard_and_fetch() takes a remote() function, got {type(function).__name__}"
         )
     prepared = prepare(function._name, args, kwargs)
-    if prepared.mesh is None:
+    mesh = prepared.mesh
+    if mesh is None:
         raise ValueError(_NEEDS_MESH)
-    mesh: DeviceMesh = prepared.mesh
     assert prepared.stream is not None
     at = coordinates(mesh, shard, {})
     mesh.flush()
@@ -236,7 +245,7 @@ def call_on_shard_and_fetch(
     return result
 
 
-def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def rref(endpoint: ActorEndpoint[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The ``rref`` extension: call an actor endpoint on every process of the
     active mesh; each actor's result stays on its process as its shard."""
     name = f"{endpoint!r}.rref()"
@@ -246,7 +255,7 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # as in Monarch, no activation is needed: the mesh of the distributed
         # tensors passed, else that of the actors' processes
         passed = [x.mesh for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, Tensor)]
-        implied = passed[0] if passed else device_mesh(endpoint._mesh._procs)
+        implied = passed[0] if passed else device_mesh(actor_procs(endpoint_mesh(endpoint)))
         with activation(implied):
             return rref(endpoint, args, kwargs)
     propagate = endpoint.propagate
@@ -257,9 +266,10 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             "tensors (or propagate='inspect' if it returns no tensors)"
         )
     prepared = prepare(name, args, kwargs)
-    mesh: DeviceMesh = prepared.mesh
+    mesh = prepared.mesh
+    assert mesh is not None  # a mesh is active
     stream = prepared.stream or get_active_stream()
-    _check_same_processes(endpoint._mesh, mesh, name)
+    _check_same_processes(endpoint_mesh(endpoint), mesh, name)
     result = None if propagate == "inspect" else run_fake(name, propagate, *_fakes(prepared))
     leaves, spec = pytree.tree_flatten(result)
     outs: list[int] = []
@@ -272,14 +282,14 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         else:
             made.append(leaf)
     mesh.flush()
-    endpoint._keep(args, kwargs, outs)
+    call_and_keep(endpoint, args, kwargs, outs)
     return pytree.tree_unflatten(made, spec)
 
 
-def _check_same_processes(actors: Any, mesh: DeviceMesh, name: str) -> None:
-    procs = actors._procs
-    ranks = set(actors._shape.ndslice)
-    if procs._table.id != mesh._procs._table.id or not ranks <= set(mesh._shape.ndslice):
+def _check_same_processes(actors: ActorMesh[Any], mesh: DeviceMesh, name: str) -> None:
+    ranks = set(mesh_shape(actors).ndslice)
+    same = proc_mesh_id(actor_procs(actors)) == proc_mesh_id(mesh._procs)
+    if not same or not ranks <= set(mesh_shape(mesh).ndslice):
         raise incorrect(
             f"WRONG_MESH: {name}: the actors are not on the processes of {mesh!r} (spawn them "
             "on the proc mesh you activated)"
@@ -315,7 +325,9 @@ def _signature(prepared: Prepared) -> Any:
     return tuple(key)
 
 
-def _shards(actors: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _shards(
+    actors: ActorMesh[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Distributed tensor arguments of an endpoint call become references
     to each receiving process's shard."""
     if not any(isinstance(a, Tensor | list | tuple | dict) for a in (*args, *kwargs.values())):
@@ -328,12 +340,13 @@ def _shards(actors: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if isinstance(leaf, Tensor):
             if leaf._ref < 0:
                 raise incorrect("a tensor was sent to an endpoint after drop()")
-            _check_same_processes(actors, leaf._mesh, f"an endpoint of {actors._name}")
+            _check_same_processes(actors, leaf._mesh, f"an endpoint of {actor_mesh_name(actors)}")
             leaf._mesh.flush()
             sent.append(Shard(leaf._ref))
         else:
             sent.append(leaf)
-    return pytree.tree_unflatten(sent, spec)
+    transformed: tuple[tuple[Any, ...], dict[str, Any]] = pytree.tree_unflatten(sent, spec)
+    return transformed
 
 
 transform_arguments(_shards)

@@ -18,7 +18,7 @@ import logging
 import sys
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -27,6 +27,11 @@ from torch.utils import _pytree as pytree
 
 from ._active import meshes, streams, suspend, suspended
 from ._table import Ref
+
+if TYPE_CHECKING:
+    from monarch_actor import ProcMesh
+
+    from ._mesh import DeviceMesh
 
 __all__ = [
     "FAKE",
@@ -82,7 +87,7 @@ def incorrect(message: str) -> TypeError:
     return TypeError(f"Incorrect arguments to monarch operation: {message}")
 
 
-def get_active_mesh() -> Any:
+def get_active_mesh() -> DeviceMesh:
     """The ``DeviceMesh`` of the innermost ``activate()`` block."""
     if not meshes or suspended():
         raise ValueError("no device mesh is active")
@@ -225,14 +230,14 @@ class Tensor(torch.Tensor):
     processes (``fetch_shard`` brings one shard back)."""
 
     _fake: torch.Tensor
-    _mesh: Any
+    _mesh: DeviceMesh
     _ref: int
     _stream: Stream
     _lent: list[Borrow]
     _borrow: Borrow | None
 
     @staticmethod
-    def __new__(cls, fake: torch.Tensor, mesh: Any, ref: int, stream: Stream) -> Tensor:
+    def __new__(cls, fake: torch.Tensor, mesh: DeviceMesh, ref: int, stream: Stream) -> Tensor:
         with torch._C.DisableTorchFunction():  # reading the fake's metadata is not an operation
             made: Tensor = torch.Tensor._make_wrapper_subclass(
                 cls,
@@ -265,7 +270,7 @@ class Tensor(torch.Tensor):
         )
 
     @property
-    def mesh(self) -> Any:
+    def mesh(self) -> DeviceMesh:
         """The mesh whose processes hold this tensor."""
         return self._mesh
 
@@ -290,7 +295,7 @@ class Tensor(torch.Tensor):
         dims: str | Sequence[str] = (),
         reduction: str = "sum",
         scatter: bool = False,
-        mesh: Any = None,
+        mesh: object = None,
         _inplace: bool = False,
         out: Any = None,
     ) -> Tensor:
@@ -329,7 +334,7 @@ class Tensor(torch.Tensor):
         dims: str | Sequence[str] = (),
         reduction: str = "sum",
         scatter: bool = False,
-        mesh: Any = None,
+        mesh: object = None,
     ) -> Tensor:
         """``reduce`` in place (only reductions that keep the shape).
 
@@ -349,7 +354,7 @@ class Tensor(torch.Tensor):
         reduced: Tensor = self._mesh._reduce(self, dims, reduction, scatter, mesh, True)
         return reduced
 
-    def to_mesh(self, mesh: Any, stream: Stream | None = None) -> Tensor:
+    def to_mesh(self, mesh: DeviceMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
         """This tensor on another mesh whose dimensions have the same names and sizes.
 
         A dimension of ``mesh`` that this tensor's mesh lacks gets a copy of the
@@ -417,7 +422,7 @@ class MeshSliceTensor:
         self.tensor = tensor
         self.coords = coords
 
-    def to_mesh(self, mesh: Any, stream: Stream | None = None) -> Tensor:
+    def to_mesh(self, mesh: DeviceMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
         """These shards on ``mesh``, whose dimensions are the remaining (unsliced) ones.
 
         Args:
@@ -457,7 +462,7 @@ class Prepared:
     __slots__ = ("fake_args", "fake_kwargs", "inputs", "mesh", "sent", "stream")
 
     def __init__(self) -> None:
-        self.mesh: Any = None
+        self.mesh: DeviceMesh | None = None
         self.stream: Stream | None = None
         self.inputs: dict[int, Tensor] = {}
         self.fake_args: Any = ()

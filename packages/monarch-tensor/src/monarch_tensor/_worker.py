@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]
 from torch.utils import _pytree as pytree
 
-from monarch_actor import Actor, current_rank, endpoint
+from monarch_actor import Actor, ActorMesh, current_rank, endpoint
 from monarch_actor.extension import has_own_gpu, process_address
 
 from ._errors import RemoteTensorError
@@ -347,7 +347,12 @@ class TensorWorker(Actor):
                 handle.remove()
 
     def _send(
-        self, source: int, new: int, peers: Any, dims: tuple[str, ...], only: dict[str, int]
+        self,
+        source: int,
+        new: int,
+        peers: ActorMesh[TensorPeer],
+        dims: tuple[str, ...],
+        only: dict[str, int],
     ) -> None:
         """``to_mesh``: send this process's shard to the processes of the
         destination that share its coordinates along ``dims``."""

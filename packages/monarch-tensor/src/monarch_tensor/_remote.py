@@ -328,7 +328,7 @@ def _shards(actors: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if isinstance(leaf, Tensor):
             if leaf._ref < 0:
                 raise incorrect("a tensor was sent to an endpoint after drop()")
-            _check_same_processes(actors, leaf._mesh, f"an endpoint of {actors._name}")
+            _check_same_processes(actors, leaf._mesh, f"an endpoint of {actors._spawn_name}")
             leaf._mesh.flush()
             sent.append(Shard(leaf._ref))
         else:

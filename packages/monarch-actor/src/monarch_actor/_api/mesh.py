@@ -739,7 +739,7 @@ class ActorMesh(MeshOps, Generic[A]):
     ) -> None:
         self._class = cls
         self._key = key
-        self._name = name
+        self._spawn_name = name
         self._procs = procs
         self._shape = shape
         self._is_async = is_async
@@ -747,16 +747,24 @@ class ActorMesh(MeshOps, Generic[A]):
         self._refused: RuntimeError | None = None  # the spawn was refused: every use raises this
 
     def _new_with_shape(self, shape: Shape) -> ActorMesh[A]:
-        mesh = ActorMesh(self._class, self._key, self._name, self._procs, shape, self._is_async)
+        mesh = ActorMesh(
+            self._class, self._key, self._spawn_name, self._procs, shape, self._is_async
+        )
         mesh._started = self._started
         mesh._refused = self._refused
         return mesh
+
+    @property
+    def _name(self) -> Future[str]:
+        """A future of the mesh's name, as Monarch's ``ActorMesh._name``: the
+        ``mesh_name`` of the failures of this mesh that ``__supervise__`` gets."""
+        return Future._done(self._key)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in (
             "_class",
             "_key",
-            "_name",
+            "_spawn_name",
             "_procs",
             "_shape",
             "_is_async",
@@ -781,13 +789,13 @@ class ActorMesh(MeshOps, Generic[A]):
     ) -> None:
         runtime = get_runtime()
         table = self._procs._table
-        header.update({Key.KIND: Kind.CALL, Key.ACTOR: self._key, Key.NAME: self._name})
+        header.update({Key.KIND: Kind.CALL, Key.ACTOR: self._key, Key.NAME: self._spawn_name})
         if port is not None:
             header[Key.REPLY_TO] = [port._address, port._pid]
         why = Supervision.of(runtime).dead(self._key, shape.ndslice)
         error: Exception | None = self._refused
         if error is None and why is not None and header[Key.OP] == Op.CALL:
-            error = SupervisionError(call_failed(self._name, header[Key.METHOD], why))
+            error = SupervisionError(call_failed(self._spawn_name, header[Key.METHOD], why))
         if error is not None:
             if gather is None:
                 raise error
@@ -848,7 +856,7 @@ class ActorMesh(MeshOps, Generic[A]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             ActorMesh,
-            (self._class, self._key, self._name, self._procs, self._shape, self._is_async),
+            (self._class, self._key, self._spawn_name, self._procs, self._shape, self._is_async),
         )
 
     def __repr__(self) -> str:

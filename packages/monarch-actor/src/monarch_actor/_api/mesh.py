@@ -173,7 +173,10 @@ class HostMesh(MeshOps):
             per_host: the new dimensions and their sizes, added after the host
                 mesh's own; ``None`` or ``{}`` is one process per host.
             bootstrap: a callable run in each new process before it serves
-                (setup such as environment variables); it may be ``async``.
+                (setup such as environment variables); it may be ``async``. If it
+                raises, ``initialized`` raises an ``ActorError`` with its traceback
+                (as in Monarch), and so does the ``initialized`` of each actor mesh
+                spawned there; the processes live on until stopped.
             name: the proc mesh's name, shown in errors and logs (default ``"anon"``).
             proc_bind: one CPU binding per process of a host, in row-major
                 order of ``per_host``: dicts with ``cpus``/``physcpubind`` (a CPU

@@ -6,7 +6,15 @@ import threading
 import time
 from typing import Any
 
-from monarch_actor import Actor, Port, context, current_rank, current_size, endpoint
+from monarch_actor import (
+    Actor,
+    Port,
+    SupervisionError,
+    context,
+    current_rank,
+    current_size,
+    endpoint,
+)
 
 
 class Counter(Actor):
@@ -373,3 +381,60 @@ class StuckInInit(Actor):
     @endpoint
     def unreachable(self) -> None:
         pass
+
+
+class Panic(BaseException):
+    """Not an ``Exception``: an endpoint that raises it ends its actor."""
+
+
+class AsyncPanicker(Actor):
+    @endpoint
+    async def ping(self) -> int:
+        return 1
+
+    @endpoint
+    async def panic(self) -> None:
+        raise Panic("the actor cannot go on")
+
+
+class AsyncOwner(Actor):
+    """An async actor that owns a mesh of ``AsyncPanicker``; its ``__supervise__``
+    handles their failures when ``handle``, and records each failure's mesh name."""
+
+    def __init__(self, handle: bool) -> None:
+        from monarch_actor import this_host
+
+        self.handle = handle
+        self.procs = this_host().spawn_procs(per_host={"w": 1}, name="panickers")
+        self.child = self.procs.spawn("child", AsyncPanicker)
+        self.names: list[str] = []
+        self.supervised = asyncio.Event()
+        self.cleaned_up = asyncio.Event()
+
+    @endpoint
+    async def fail_child_then_wait(self) -> str:
+        """Fails the child, then waits for ``__supervise__`` (for ever, if it
+        does not handle the failure: the call then fails with the child's)."""
+        await self.child.ping.call()
+        try:
+            await self.child.panic.call()
+        except SupervisionError as error:
+            first = str(error)
+        else:
+            raise AssertionError("the child's panic did not fail the call")
+        await self.supervised.wait()
+        if not self.handle:  # this call is answered when the actor fails: that is the test
+            await self.cleaned_up.wait()
+        return first
+
+    @endpoint
+    async def mesh_names(self) -> tuple[str, list[str]]:
+        return await self.child._name, self.names
+
+    def __supervise__(self, failure) -> bool:
+        self.names.append(failure.mesh_name)
+        self.supervised.set()
+        return self.handle
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        self.cleaned_up.set()

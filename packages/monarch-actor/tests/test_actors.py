@@ -75,8 +75,9 @@ def test_mistakes_raise_where_they_are_made(procs):
         counters.slice(gpus=4)
     with pytest.raises(TypeError, match="dimension labeled 'hosts'"):
         counters.slice(hosts=0)
-    with pytest.raises(Exception, match=r"pickle|Lock"):
+    with pytest.raises(RuntimeError, match=r"pickle|Lock") as unpicklable:  # as in Monarch
         counters.add.call(threading.Lock())
+    assert isinstance(unpicklable.value, TypeError)  # an EncodeError
     with pytest.raises(ValueError, match="not an Actor"):
         procs.spawn("x", dict)
 

@@ -139,7 +139,7 @@ def test_the_error_of_a_dead_process_names_the_mesh_rank_host_and_pid(failures):
     assert failures
 
 
-def test_a_process_that_dies_while_starting_says_why(failures):
+def test_a_bootstrap_that_raises_says_why(failures):
     done = run_python(
         textwrap.dedent(
             """
@@ -153,13 +153,13 @@ def test_a_process_that_dies_while_starting_says_why(failures):
             procs = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=setup)
             try:
                 procs.initialized.get(timeout=60)
-            except RuntimeError as error:
+            except monarch_actor.ActorError as error:
                 print("ERROR:", error)
             """
         )
     )
     assert done.returncode == 0, done.stderr
-    assert "ERROR: proc mesh anon failed to start" in done.stdout
+    assert "ERROR: Actor call setup.setup failed." in done.stdout
     assert "OSError: the GPU driver is missing" in done.stdout  # its traceback, in the error
     assert "in setup" in done.stdout
 

@@ -12,7 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
-from actors import AsyncSupervisor, AsyncVictim, BadInit, Supervisor, Victim
+from actors import (
+    AsyncOwner,
+    AsyncPanicker,
+    AsyncSupervisor,
+    AsyncVictim,
+    BadInit,
+    Supervisor,
+    Victim,
+)
 
 from monarch_actor import ActorError, SupervisionError, this_host
 
@@ -216,6 +224,48 @@ def test_an_unhandled_failure_climbs_to_the_hook_with_its_chain(failures):
         boss.work.call_one().get(timeout=5)
     # a failed owner stops what it owns: its other worker is gone too
     assert wait_for(lambda: not any(alive(p) for p in workers))
+    procs.stop().get(timeout=30)
+
+
+def test_an_async_endpoint_raising_a_base_exception_fails_the_call_and_the_actor(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    actor = procs.spawn("panicker", AsyncPanicker)
+    assert actor.ping.call_one().get(timeout=30) == 1
+    first = r"The actor .*panicker.* and all its descendants have failed:.*Panic"
+    with pytest.raises(SupervisionError, match=re.compile(first, re.DOTALL)):
+        actor.panic.call_one().get(timeout=10)  # answered, not left waiting
+    with pytest.raises(SupervisionError, match="and all its descendants have failed"):
+        actor.ping.call_one().get(timeout=10)
+    assert wait_for(lambda: failures)
+    assert "a BaseException: the actor cannot go on" in failures[0].report()
+    procs.stop().get(timeout=30)
+
+
+def test_an_async_owner_supervises_while_its_endpoint_awaits(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    owner = procs.spawn("owner", AsyncOwner, True)
+    first = owner.fail_child_then_wait.call_one().get(timeout=30)
+    assert "The actor" in first and "child" in first
+    name, names = owner.mesh_names.call_one().get(timeout=10)
+    assert names and all(n == name for n in names)  # `_name` is the failures' mesh_name
+    assert name.startswith("child")
+    procs.stop().get(timeout=30)
+    assert failures == []
+
+
+def test_a_failure_left_unhandled_fails_the_calls_in_flight_with_the_first_failure(failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    owner = procs.spawn("owner", AsyncOwner, False)
+    # the call waits for ever unless the owner's failure answers it; as in Monarch,
+    # it names the actor that failed first (the child) and why
+    words = (
+        r"(?s)owner\.fail_child_then_wait\(\) failed, The actor .*AsyncPanicker child.* "
+        r"and all its descendants have failed:\n  actor explicitly aborted due to: .*Panic"
+    )
+    with pytest.raises(SupervisionError, match=words):
+        owner.fail_child_then_wait.call_one().get(timeout=30)
+    assert wait_for(lambda: failures)
+    assert "did not handle a supervision event from its child" in failures[0].report()
     procs.stop().get(timeout=30)
 
 

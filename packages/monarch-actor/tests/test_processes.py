@@ -230,7 +230,7 @@ def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
     from actors import Env, Probe, fail_bootstrap, set_flag
 
     import monarch_actor
-    from monarch_actor import SupervisionError
+    from monarch_actor import ActorError, SupervisionError
 
     procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=set_flag)
     seen = procs.spawn("p", Probe).echo.call(os.environ.get("BOOTSTRAPPED")).get(timeout=30)
@@ -239,19 +239,28 @@ def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
     assert env.values() == ["yes", "yes"]
     procs.stop().get(timeout=30)
 
+    # as in Monarch: a bootstrap that raises fails `initialized` (every time, with
+    # the same ActorError) and every spawn there; it is no supervision failure
     faults = []
     original = monarch_actor.unhandled_fault_hook
     monarch_actor.unhandled_fault_hook = faults.append
     try:
-        broken = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=fail_bootstrap)
-        with pytest.raises(RuntimeError, match="failed to start"):
-            broken.initialized.get(timeout=30)
-        with pytest.raises(SupervisionError, match=r"(?s)cannot spawn p .* non-zero code 1"):
-            broken.spawn("p", Probe)
-        broken.stop().get(timeout=5)  # nothing to stop: done at once, no hang
+        broken = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=fail_bootstrap)
+        probe = broken.spawn("p", Probe)  # before the processes have started
+        errors = []
+        for _ in range(2):
+            with pytest.raises(ActorError, match=r"(?s)Actor call setup\.setup failed.*no GPUs"):
+                broken.initialized.get(timeout=30)
+            errors.append(broken.initialized.exception(timeout=30))
+        assert str(errors[0]) == str(errors[1])
+        with pytest.raises(ActorError, match="no GPUs here"):
+            probe.initialized.get(timeout=30)
+        with pytest.raises(SupervisionError, match=r"p was not started: the bootstrap raised"):
+            probe.echo.call(1).get(timeout=30)
+        broken.stop().get(timeout=30)
     finally:
         monarch_actor.unhandled_fault_hook = original
-    assert faults and "exited with non-zero code 1" in faults[0].report()
+    assert faults == []
 
 
 def test_proc_bind_pins_each_process_to_its_cpus():

@@ -12,6 +12,7 @@ from monarch_supervision import (
     OwnershipError,
     SupervisionTree,
     escalation_reason,
+    root_cause,
     run_fault_hook,
 )
 
@@ -201,3 +202,18 @@ def test_a_mesh_failure_prints_readably_and_pickles_with_its_chain():
     assert pickle.loads(pickle.dumps(parent)) == parent
     assert parent.chain == [parent, child]
     assert parent.mesh == ()
+
+
+def test_the_root_cause_of_an_escalation_is_the_first_failure_left_unhandled():
+    child = MeshFailure("w-abc", [1], "<root>.<W w>", "actor explicitly aborted due to: x")
+    parent = MeshFailure("boss-1", [0], "<root>.<B boss>", escalation_reason(child), child)
+    top = MeshFailure("top-1", [0], "<root>.<T top>", escalation_reason(parent), parent)
+    assert root_cause(top) is child
+    assert root_cause(child) is child
+    # an owner whose __supervise__ raised: its own error is the news
+    raised = MeshFailure(
+        "boss-2", [0], "<root>.<B boss>", escalation_reason(child, ValueError("oops")), child
+    )
+    assert root_cause(raised) is raised
+    above = MeshFailure("top-2", [0], "<root>.<T top>", escalation_reason(raised), raised)
+    assert root_cause(above) is raised

@@ -22,7 +22,7 @@ from typing import Any, cast
 import monarch_config
 from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
-from ._api.actor_host import ActorHost
+from ._api.actor_host import ActorHost, setup_failure
 from ._api.debugger import install_breakpoint_hook
 from ._api.hosts import TRUST_ALL, attached, configure_security, split_alias
 from ._api.introspection import Introspection
@@ -317,10 +317,14 @@ def proc_main(blob: bytes) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     bootstrap = info.get("bootstrap")
+    setup_error = None
     if bootstrap is not None:
-        outcome = bootstrap()
-        if inspect.isawaitable(outcome):
-            loop.run_until_complete(_wait(outcome))
+        try:
+            outcome = bootstrap()
+            if inspect.isawaitable(outcome):
+                loop.run_until_complete(_wait(outcome))
+        except Exception as error:  # as in Monarch: `initialized` raises it, the proc lives on
+            setup_error = setup_failure(error)
     listener = loop.run_until_complete(listen(listen_address()))
     runtime = Runtime(loop, listener, "proc")
     runtime.root = info["root"]
@@ -328,11 +332,12 @@ def proc_main(blob: bytes) -> int:
     install(runtime)
     wire(runtime)
     install_proc_handlers(runtime, owner)
+    runtime.get(LocalActors).setup_error = setup_error
     capture_output(runtime, owner, info["rank"], info["env"]["HYPERACTOR_PROCESS_NAME"])
     if log_forwarding():  # enable_log_forwarding, as the spawning process had it
         set_forwarding(True)
     runtime.send(
-        owner, ready_header(info["mesh"], info["rank"], runtime.address, os.getpid()), None
+        owner, ready_header(info["mesh"], info["rank"], runtime.address, os.getpid()), setup_error
     )
     start_heartbeats(runtime, owner, info["mesh"], info["rank"], info["heartbeat"])
     runtime.serve()

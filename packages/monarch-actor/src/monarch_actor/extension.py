@@ -198,7 +198,7 @@ def actor_mesh_name(actors: ActorMesh[Any]) -> str:
     Args:
         actors: the actor mesh, or a slice of one.
     """
-    return actors._name
+    return actors._spawn_name
 
 
 def endpoint_mesh(endpoint: ActorEndpoint[..., Any]) -> ActorMesh[Any]:

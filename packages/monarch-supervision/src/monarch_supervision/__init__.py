@@ -39,6 +39,7 @@ from ._tree import (
     Routes,
     SupervisionTree,
     escalation_reason,
+    root_cause,
     run_fault_hook,
 )
 
@@ -63,6 +64,7 @@ __all__ = [
     "SupervisionTree",
     "escalation_reason",
     "exit_reason",
+    "root_cause",
     "run_fault_hook",
 ]
 

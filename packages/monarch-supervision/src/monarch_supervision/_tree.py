@@ -119,10 +119,29 @@ def escalation_reason(failure: MeshFailure, error: BaseException | None = None) 
             f"__supervise__ raised while handling a supervision event from its child:\n{raised}\n"
             f"The child's event was: {failure}"
         )
-    return (
-        "failed because it did not handle a supervision event from its child. "
-        f"The child's event was: {failure}"
-    )
+    return f"{_UNHANDLED}The child's event was: {failure}"
+
+
+_UNHANDLED = "failed because it did not handle a supervision event from its child. "
+
+
+def root_cause(failure: MeshFailure) -> MeshFailure:
+    """The failure an escalation started from, as Monarch's callers hear of it.
+
+    Follows ``cause`` while each failure is an owner's that did not handle its
+    child's (the owner's ``__supervise__`` returned a falsy value, or there was
+    none); stops at a first failure, or at an owner whose ``__supervise__``
+    raised (its own error is then the news).
+
+    Args:
+        failure: a failure, possibly an escalation of others.
+
+    Returns:
+        The failure it escalates, at the bottom of the unhandled chain.
+    """
+    while failure.cause is not None and failure.reason.startswith(_UNHANDLED):
+        failure = failure.cause
+    return failure
 
 
 def run_fault_hook(hook: Callable[[MeshFailure], object], failure: MeshFailure) -> bool:

@@ -24,8 +24,12 @@ class AddressError(TransportError, ValueError):
     """An address that does not parse, or names an unknown scheme."""
 
 
-class EncodeError(TransportError, TypeError):
-    """A value that cannot be encoded (for example, it cannot be pickled)."""
+class EncodeError(TransportError, TypeError, RuntimeError):
+    """A value that cannot be encoded (for example, it cannot be pickled).
+
+    A ``TypeError``, and a ``RuntimeError`` as what Monarch raises for an
+    argument that cannot be pickled.
+    """
 
 
 class DecodeError(TransportError, ValueError):

@@ -22,7 +22,7 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 
 from monarch_mesh import Extent, Point, Shape, Slice
-from monarch_supervision import ROOT, Delivery, MeshFailure
+from monarch_supervision import ROOT, Delivery, MeshFailure, root_cause
 from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
 
 from .._core.config import cleanup_timeout, stop_actor_timeout
@@ -43,7 +43,7 @@ from .creator import ROOT_CREATOR
 from .local_actors import LocalActors
 from .mesh import ProcMesh
 
-__all__ = ["ActorHost", "message_point"]
+__all__ = ["ActorHost", "message_point", "setup_failure"]
 
 log = logging.getLogger("monarch.actor")
 _STOP = object()
@@ -80,11 +80,17 @@ class ActorHost:
         self.me: Instance | None = None
         self.endpoints: dict[str, EndpointProperty[..., Any]] = {}
         self.failure: str | None = None
+        # what its callers hear of when it failed on a child's failure it did not
+        # handle: the actor that failed first, and why (as in Monarch)
+        self.failure_root: MeshFailure | None = None
         self.stopped: str | None = None
         self.requested: tuple[str, str] | None = None  # ("stop" | "abort", reason)
         self.cleaned = False  # __cleanup__ ran (it runs once, on stop or on failure)
         self._stopping = threading.Lock()  # the thread and the control loop may both stop it
         self.tasks: set[asyncio.Task[Any]] = set()
+        # calls of an async actor whose caller awaits an answer not yet sent: if the
+        # actor fails meanwhile, they are answered with its failure at once
+        self.open_calls: dict[int, dict[str, Any]] = {}
         self.stats = ActorStats()
         if self.is_async:
             self.loop = new_event_loop()
@@ -284,6 +290,16 @@ class ActorHost:
         kwargs: Any,
         keep: Any = None,
     ) -> Any:
+        tracked = (
+            keep is None and not ep.explicit_response_port and header.get(Key.REPLY_TO) is not None
+        )
+        if tracked:
+            self.open_calls[id(header)] = header
+
+        def still_open() -> bool:
+            """False once the call was answered with the actor's failure."""
+            return not tracked or self.open_calls.pop(id(header), None) is not None
+
         async def run() -> None:
             token = set_current(ctx)
             stats = self.stats
@@ -295,20 +311,26 @@ class ActorHost:
             except Exception as error:
                 if keep is not None:
                     _kept(keep, error)
-                else:
+                elif still_open():
                     self._raised(header, ep, error)
             except asyncio.CancelledError:
-                message = call_failed(self.name, ep.name, "the call was cancelled")
-                self._answer(header, SupervisionError(message), True)
-            except BaseException as error:
+                if still_open():
+                    message = call_failed(self.name, ep.name, "the call was cancelled")
+                    self._answer(header, SupervisionError(message), True)
+            except BaseException as error:  # a panic: the actor cannot go on
+                answer = still_open()
                 self._fail(
                     _aborted(self.name, ep.name, error),
                     error,
                 )
+                if answer:
+                    self._answer(
+                        header, SupervisionError(self._down_text(header, self.failure or "")), True
+                    )
             else:
                 if keep is not None:
                     _kept(keep, result)
-                elif not ep.explicit_response_port:
+                elif not ep.explicit_response_port and still_open():
                     self._answer(header, result)
             finally:
                 reset_current(token)
@@ -453,6 +475,9 @@ class ActorHost:
         its failure) or was stopped (``why`` is the reason)."""
         me = repr(self.me) if self.me is not None else self.name
         method = header.get(Key.METHOD, "?")
+        if self.failure is not None and self.failure_root is not None:
+            root = self.failure_root
+            return call_failed(self.name, method, actor_failed(root.actor, root.reason))
         if self.failure is not None:
             return call_failed(self.name, method, actor_failed(me, why))
         return call_failed(self.name, method, actor_stopped(me, why))
@@ -500,9 +525,19 @@ class ActorHost:
         if self.failure is not None or self.stopped is not None:
             return
         self.failure = reason
+        if cause is not None:
+            mine = MeshFailure(self.key, [self.rank.rank], "", reason, cause)
+            root = root_cause(mine)
+            self.failure_root = root if root is not mine else None
         self.stats.note("failed", reason.splitlines()[0] if reason else "")
         emit(ActorFailed(repr(self.me) if self.me else self.name, self.key, self.rank.rank, reason))
         self._report(reason, cause)
+        # the calls in flight will not be answered otherwise: as Monarch's
+        # callers, theirs hear of the failure now (the bodies run on, unheard)
+        open_calls = list(self.open_calls.values())
+        self.open_calls.clear()
+        for header in open_calls:
+            self._answer(header, SupervisionError(self._down_text(header, reason)), True)
         exc = error if error is not None else SupervisionError(reason)
         if self.is_async:
             self.post_urgent(self._wind_down_async, exc, reason)
@@ -564,6 +599,11 @@ class ActorHost:
             token = set_current(Context(self.me, self.rank))  # type: ignore[arg-type]
             try:
                 tree.supervised(delivery, await _awaitable(outcome))
+            except asyncio.CancelledError as error:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():  # the actor stops: not a failure
+                    raise
+                tree.supervised(delivery, None, error)  # it awaited a cancelled future
             except Exception as error:
                 tree.supervised(delivery, None, error)
             finally:
@@ -579,6 +619,15 @@ def _aborted(actor: str, method: str, error: BaseException) -> str:
         f"actor explicitly aborted due to: {raised}"
         f"({actor}.{method} raised {type(error).__name__}, a BaseException: the actor cannot go on)"
     )
+
+
+def setup_failure(error: Exception) -> ActorError:
+    """What a proc mesh's ``initialized`` raises when its ``bootstrap`` raised
+    ``error``: in Monarch's words, whose procs run it as endpoint ``setup`` of an
+    actor ``setup``."""
+    failure = _failure("setup", "setup", error)
+    assert isinstance(failure, ActorError)
+    return failure
 
 
 def _kept(keep: Any, outcome: Any) -> None:

@@ -168,7 +168,7 @@ class ActorEndpoint(Generic[P, R]):
 
     def _describe(self, shape: Shape) -> Any:
         """The error of position i of a call on ``shape`` whose process was lost."""
-        mesh, method = self._mesh._name, self._name
+        mesh, method = self._mesh._spawn_name, self._name
         spawned_on = self._mesh._procs._shape  # ranks are named in the whole mesh
         owned = Supervision.of(get_runtime()).owned.get(self._mesh._key)
         owner = owned.owner if owned is not None else None
@@ -201,7 +201,7 @@ class ActorEndpoint(Generic[P, R]):
         return self._prop.propagate
 
     def __repr__(self) -> str:
-        return f"<endpoint {self._mesh._name}.{self._name}>"
+        return f"<endpoint {self._mesh._spawn_name}.{self._name}>"
 
 
 def send(

@@ -12,7 +12,7 @@ from monarch_transport import encode_header
 
 from .._core.gather import Gather
 from .._core.router import Frames, Runtime
-from .._core.wire import Key, Op, call_header
+from .._core.wire import Key, Op, call_header, port_header
 
 __all__ = ["Hosted", "LocalActors"]
 
@@ -44,6 +44,8 @@ class LocalActors:
         self.gone: dict[str, str] = {}  # actors that stopped here, and why
         # messages for actors whose spawn has not arrived yet, by actor key
         self.waiting: dict[str, list[tuple[dict[str, Any], Frames]]] = {}
+        # what this process's bootstrap raised: every spawn here fails with it
+        self.setup_error: Exception | None = None
 
     def deliver(self, header: dict[str, Any], frames: Frames) -> None:
         """The handler of ``Kind.CALL``: the message's actor here gets it."""
@@ -51,6 +53,13 @@ class LocalActors:
         host = self.hosts.get(key)
         if host is not None:
             host.post(header, frames)
+        elif header[Key.OP] == Op.SPAWN and self.setup_error is not None:
+            raised = getattr(self.setup_error, "exception", self.setup_error)
+            self.gone[key] = f"was not started: the bootstrap raised {raised!r}"
+            port = header.get(Key.REPLY_TO)
+            if port is not None:
+                reply = port_header(port[1], header[Key.BRANCH][0], True)
+                self.runtime.send(port[0], reply, self.setup_error)
         elif header[Key.OP] == Op.SPAWN:
             self.hosts[key] = host = self.make(self.runtime, header, frames)
             for early_header, early_frames in self.waiting.pop(key, []):

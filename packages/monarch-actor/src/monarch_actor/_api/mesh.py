@@ -180,7 +180,10 @@ class HostMesh(MeshOps):
             per_host: the new dimensions and their sizes, added after the host
                 mesh's own; ``None`` or ``{}`` is one process per host.
             bootstrap: a callable run in each new process before it serves
-                (setup such as environment variables); it may be ``async``.
+                (setup such as environment variables); it may be ``async``. If it
+                raises, ``initialized`` raises an ``ActorError`` with its traceback
+                (as in Monarch), and so does the ``initialized`` of each actor mesh
+                spawned there; the processes live on until stopped.
             name: the proc mesh's name, shown in errors and logs (default ``"anon"``).
             proc_bind: one CPU binding per process of a host, in row-major
                 order of ``per_host``: dicts with ``cpus``/``physcpubind`` (a CPU
@@ -749,7 +752,7 @@ class ActorMesh(MeshOps, Generic[A]):
     ) -> None:
         self._class = cls
         self._key = key
-        self._name = name
+        self._spawn_name = name
         self._procs = procs
         self._shape = shape
         self._is_async = is_async
@@ -757,16 +760,24 @@ class ActorMesh(MeshOps, Generic[A]):
         self._refused: RuntimeError | None = None  # the spawn was refused: every use raises this
 
     def _new_with_shape(self, shape: Shape) -> ActorMesh[A]:
-        mesh = ActorMesh(self._class, self._key, self._name, self._procs, shape, self._is_async)
+        mesh = ActorMesh(
+            self._class, self._key, self._spawn_name, self._procs, shape, self._is_async
+        )
         mesh._started = self._started
         mesh._refused = self._refused
         return mesh
+
+    @property
+    def _name(self) -> Future[str]:
+        """A future of the mesh's name, as Monarch's ``ActorMesh._name``: the
+        ``mesh_name`` of the failures of this mesh that ``__supervise__`` gets."""
+        return Future._done(self._key)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in (
             "_class",
             "_key",
-            "_name",
+            "_spawn_name",
             "_procs",
             "_shape",
             "_is_async",
@@ -791,13 +802,13 @@ class ActorMesh(MeshOps, Generic[A]):
     ) -> None:
         runtime = get_runtime()
         table = self._procs._table
-        header.update({Key.KIND: Kind.CALL, Key.ACTOR: self._key, Key.NAME: self._name})
+        header.update({Key.KIND: Kind.CALL, Key.ACTOR: self._key, Key.NAME: self._spawn_name})
         if port is not None:
             header[Key.REPLY_TO] = [port._address, port._pid]
         why = Supervision.of(runtime).dead(self._key, shape.ndslice)
         error: Exception | None = self._refused
         if error is None and why is not None and header[Key.OP] == Op.CALL:
-            error = SupervisionError(call_failed(self._name, header[Key.METHOD], why))
+            error = SupervisionError(call_failed(self._spawn_name, header[Key.METHOD], why))
         if error is not None:
             if gather is None:
                 raise error
@@ -858,7 +869,7 @@ class ActorMesh(MeshOps, Generic[A]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             ActorMesh,
-            (self._class, self._key, self._name, self._procs, self._shape, self._is_async),
+            (self._class, self._key, self._spawn_name, self._procs, self._shape, self._is_async),
         )
 
     def __repr__(self) -> str:

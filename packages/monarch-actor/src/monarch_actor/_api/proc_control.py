@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import monarch_config
-from monarch_transport import decode
+from monarch_transport import DecodeError, decode
 
 from .._core.config import SHARE_GPUS, cleanup_timeout
 from .._core.future import Future
@@ -249,6 +249,10 @@ def _proc_ready(runtime: Runtime, header: dict[str, Any], frames: Frames) -> Non
         return
     rank = header[Key.RANK]
     table.addresses[rank] = header[Key.ADDRESS]
+    with contextlib.suppress(DecodeError):
+        setup_error = decode(frames)[1]  # its bootstrap raised: `initialized` raises this
+        if isinstance(setup_error, Exception) and table.setup_error is None:
+            table.setup_error = setup_error
     if table.owned:
         Supervision.of(runtime).watch(table, rank)
     if all(table.addresses):
@@ -290,7 +294,9 @@ def when_started(table: ProcTable) -> Future[bool]:
     started: concurrent.futures.Future[bool] = concurrent.futures.Future()
 
     def check() -> None:
-        if table.failure is not None:
+        if table.setup_error is not None:
+            started.set_exception(table.setup_error)
+        elif table.failure is not None:
             started.set_exception(
                 RuntimeError(f"proc mesh {table.name} failed to start: {table.failure}")
             )

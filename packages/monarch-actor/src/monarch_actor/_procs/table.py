@@ -41,6 +41,7 @@ class ProcTable:
         self.agents: dict[int, Any] = {}  # rank -> the host agent that started it (kills it)
         self.exit_waiters: list[tuple[list[int], Callable[[], None]]] = []
         self.failure: str | None = None
+        self.setup_error: Exception | None = None  # what a proc's bootstrap raised (the first)
         self.owned = False
         self.stopping: set[int] = set()  # ranks asked to stop: their exit is no failure
 

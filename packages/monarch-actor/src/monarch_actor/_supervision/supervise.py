@@ -72,7 +72,7 @@ def actor_name(mesh: Any, position: int, owner: str | None) -> str:
         f"'{label}': {_coordinate(position, sizes, i)}/{size}"
         for i, (label, size) in enumerate(zip(labels, sizes, strict=True))
     )
-    me = f"<{cls.__module__}.{cls.__qualname__} {mesh._name}{{{point}}}>"
+    me = f"<{cls.__module__}.{cls.__qualname__} {mesh._spawn_name}{{{point}}}>"
     if owner is None:
         return me
     return f"{'<root>' if owner == ROOT else owner}.{me}"

@@ -87,7 +87,9 @@ def test_coalescing_sends_the_block_s_commands_together(procs):
                 t = t + 1
             mesh._timer is None or mesh._timer.cancel()
             assert len(mesh._batches["main"]) >= 11  # held until the block ends
-        assert not mesh._batches.get("main")
+        # sent at the block's end; only frees of tensors the garbage collector found
+        # since (which wait for the next batch, whenever it leaves) may be left
+        assert all(command[0] == "drop" for command in mesh._batches.get("main", []))
     assert shards(t)[0].tolist() == [11.0, 11.0, 11.0]
 
 

@@ -65,22 +65,18 @@ class InprocListener(QueuedListener):
 
 class InprocSender(Sender):
     def __init__(self, listener: InprocListener, peer: Peer, settings: Settings) -> None:
-        self.address = listener.address
+        super().__init__(listener.address)
         self._listener = listener
         self._peer = peer
         self._settings = settings
         self._loop = asyncio.get_running_loop()
-        self._reason: str | None = None
-        self._gone = asyncio.Event()
         listener._senders.add(self)
 
     def lost(self, reason: str) -> None:
         if asyncio.get_running_loop() is not self._loop:
             self._loop.call_soon_threadsafe(self.lost, reason)
             return
-        if self._reason is None:
-            self._reason = reason
-            self._gone.set()
+        self._lose(reason)
 
     async def send(self, frames: Sequence[Buffer]) -> None:
         if self._reason is not None:
@@ -89,20 +85,10 @@ class InprocSender(Sender):
         copies = [memoryview(bytearray(f)) for f in frames]
         await self._listener.deliver_waiting(Received(self._peer, copies))
 
-    @property
-    def closed(self) -> bool:
-        return self._reason is not None
-
-    async def wait_closed(self) -> str:
-        await self._gone.wait()
-        return self._reason or "closed"
-
-    async def aclose(self) -> None:
-        if self._reason is None:
-            self.lost("closed by this side")
-            self._listener._senders.discard(self)
-            if not self._listener.closed:
-                self._listener.deliver(PeerLeft(self._peer, "connection closed"))
+    async def _hang_up(self) -> None:
+        self._listener._senders.discard(self)
+        if not self._listener.closed:
+            self._listener.deliver(PeerLeft(self._peer, "connection closed"))
 
 
 class InprocTransport(Transport):

@@ -230,18 +230,38 @@ class Sender(_Closing):
             sent += 1
         return sent
 
+    def __init__(self, address: Address) -> None:
+        self.address = address
+        self._reason: str | None = None  # why the connection is gone; None while it is up
+        self._gone = asyncio.Event()
+
+    def _lose(self, reason: str) -> None:
+        """Mark the connection gone for ``reason``, unless it is already. On
+        the sender's loop."""
+        if self._reason is None:
+            self._reason = reason
+            self._gone.set()
+
     @property
-    @abstractmethod
     def closed(self) -> bool:
         """Whether the connection is gone (closed here or lost)."""
+        return self._reason is not None
 
-    @abstractmethod
     async def wait_closed(self) -> str:
         """Wait until the connection is gone; why it went."""
+        await self._gone.wait()
+        return self._reason or "closed"
 
-    @abstractmethod
     async def aclose(self) -> None:
         """Close after the messages already queued are handed to the system."""
+        if self._reason is None:
+            self._lose("closed by this side")
+            await self._hang_up()
+
+    @abstractmethod
+    async def _hang_up(self) -> None:
+        """End the connection, once, when ``aclose`` has just marked it closed
+        by this side: hand what is queued to the system first."""
 
 
 class Transport(ABC):

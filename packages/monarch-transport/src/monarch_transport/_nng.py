@@ -416,7 +416,7 @@ class NngSender(Sender):
     def __init__(
         self, address: Address, settings: Settings, sock: pynng.Socket, sealer: Sealer | None
     ) -> None:
-        self.address = address
+        super().__init__(address)
         self._settings = settings
         self._sock = sock
         self._sealer = sealer
@@ -426,8 +426,6 @@ class NngSender(Sender):
         self._loop = asyncio.get_running_loop()
         self._lock = asyncio.Lock()
         self._busy = 0  # sends waiting in a worker thread; later sends queue behind them
-        self._reason: str | None = None
-        self._gone = asyncio.Event()
         sock.add_post_pipe_remove_cb(self._on_remove)
         if not sock.pipes:  # lost between the handshake and now
             self._lost("the listener closed the connection")
@@ -437,8 +435,7 @@ class NngSender(Sender):
 
     def _lost(self, reason: str) -> None:
         if self._reason is None:
-            self._reason = reason
-            self._gone.set()
+            self._lose(reason)
             # nng would redial on its own; a new connection must authenticate anew
             if not _in_worker(self._loop, self._sock.close):
                 self._sock.close()
@@ -531,20 +528,12 @@ class NngSender(Sender):
                 f"connection to {self.address} closed before a message went out"
             ) from None
 
-    @property
-    def closed(self) -> bool:
-        return self._reason is not None
-
-    async def wait_closed(self) -> str:
-        await self._gone.wait()
-        return self._reason or "closed"
-
-    async def aclose(self) -> None:
+    async def _hang_up(self) -> None:
         async with self._lock:  # messages already handed to us go out first
-            if self._reason is None:
-                self._reason = "closed by this side"
-                self._gone.set()
-                await anyio.to_thread.run_sync(self._say_goodbye)
+            if not self._sock.pipes:  # lost meanwhile: nothing to say goodbye to
+                self._sock.close()
+                return
+            await anyio.to_thread.run_sync(self._say_goodbye)
 
     def _say_goodbye(self) -> None:
         """nng may close a socket before its last messages are written (seen

@@ -419,7 +419,7 @@ class SocketSender(Sender):
     def __init__(
         self, address: Address, settings: Settings, conn: _Connection, sealer: Sealer | None = None
     ) -> None:
-        self.address = address
+        super().__init__(address)
         self._settings = settings
         self._conn = conn
         self._sealer = sealer
@@ -427,7 +427,6 @@ class SocketSender(Sender):
         # whichever thread sends: the listener checks them in wire order
         self._order = threading.Lock()
         self._lock = asyncio.Lock()
-        self._gone = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         # where another thread may write: plain sockets only (TLS state lives in the loop)
         transport = conn.transport
@@ -439,9 +438,9 @@ class SocketSender(Sender):
         conn.on_message = lambda kind, frames: conn.close(
             "protocol error: the listener sent data after the handshake"
         )
-        conn.on_lost = lambda reason: self._gone.set()
+        conn.on_lost = self._lose
         if conn.reason is not None:
-            self._gone.set()
+            self._lose(conn.reason)
 
     def send_threadsafe(self, frames: Sequence[Buffer]) -> bool:
         conn = self._conn
@@ -573,20 +572,11 @@ class SocketSender(Sender):
                     raise PeerDisconnected(f"connection to {self.address} is gone: {conn.reason}")
                 conn.transport.write(view[start : start + CHUNK])
 
-    @property
-    def closed(self) -> bool:
-        return self._conn.reason is not None
-
-    async def wait_closed(self) -> str:
-        await self._gone.wait()
-        return self._conn.reason or "closed"
-
-    async def aclose(self) -> None:
+    async def _hang_up(self) -> None:
         self._finish_rest()
         conn = self._conn
         if conn.reason is None:
             conn.reason = "closed by this side"
-            self._gone.set()
             if conn.transport is not None:
                 conn.transport.close()  # flushes what is buffered, then closes
 

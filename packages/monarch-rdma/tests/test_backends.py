@@ -38,13 +38,13 @@ class Loopback:
     def unsupported(self, handle, local):
         return None if handle.owner.pid == _owner.current().owner_info().pid else "not mine"
 
-    def transfer(self, handle, local, remote_offset, nbytes, write, deadline):
-        self.calls.append((remote_offset, nbytes, write))
+    def transfer(self, t):
+        self.calls.append((t.remote_offset, t.nbytes, t.write))
         if self.refuse:
             raise PairRefused("refused, as the test asked")
-        remote = handle.addr + remote_offset
-        src, dst = (local.addr, remote) if write else (remote, local.addr)
-        ctypes.memmove(dst, src, nbytes)
+        remote = t.handle.addr + t.remote_offset
+        src, dst = (t.local.addr, remote) if t.write else (remote, t.local.addr)
+        ctypes.memmove(dst, src, t.nbytes)
 
 
 def serve_fake(conn: socket.socket, request: OwnerRequest) -> None:

@@ -24,9 +24,37 @@ if TYPE_CHECKING:
     from ._memory import LocalMemory
     from ._regions import Region
 
-__all__ = ["ConnectionResources", "OwnerOp", "OwnerRequest", "PairRefused", "RdmaBackend"]
+__all__ = [
+    "ConnectionResources",
+    "OwnerOp",
+    "OwnerRequest",
+    "PairRefused",
+    "RdmaBackend",
+    "Transfer",
+]
 
 log = logging.getLogger("monarch.rdma.server")
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One transfer: a range of a remote region and the local memory it moves
+    to or from; what :meth:`RdmaBackend.transfer` is given."""
+
+    handle: Handle
+    """The remote region."""
+    local: LocalMemory
+    """The local memory; its first ``nbytes`` bytes are read (for a write)
+    or filled (for a read)."""
+    remote_offset: int
+    """Where in the region the range starts."""
+    nbytes: int
+    """How many bytes to move."""
+    write: bool
+    """True to copy ``local`` into the region, False to read the region into ``local``."""
+    deadline: float
+    """A ``time.monotonic()`` value; the transfer must fail, not long after
+    it has passed, if it has not finished."""
 
 
 @runtime_checkable
@@ -54,27 +82,11 @@ class RdmaBackend(Protocol):
         """
         ...
 
-    def transfer(
-        self,
-        handle: Handle,
-        local: LocalMemory,
-        remote_offset: int,
-        nbytes: int,
-        write: bool,
-        deadline: float,
-    ) -> None:
-        """Move bytes between the remote region and the start of ``local``.
+    def transfer(self, t: Transfer) -> None:
+        """Move ``t.nbytes`` bytes between the remote region and the start of ``t.local``.
 
         Args:
-            handle: the remote region.
-            local: the local memory; its first ``nbytes`` bytes are read (for
-                a write) or filled (for a read).
-            remote_offset: where in the region the range starts.
-            nbytes: how many bytes to move.
-            write: True to copy ``local`` into the region, False to read the
-                region into ``local``.
-            deadline: a ``time.monotonic()`` value; the transfer must fail,
-                not long after it has passed, if it has not finished.
+            t: what to move, where, and by when.
 
         Raises:
             RDMAError: the transfer failed (a subclass says why).

@@ -20,7 +20,7 @@ import monarch_rdma._owner as _owner
 from monarch_actor import Future
 from monarch_actor.extension import Progress, future_from, progress, resolved, shows_progress
 
-from ._backend import RdmaBackend
+from ._backend import RdmaBackend, Transfer
 from ._config import get_config
 from ._cuda_memory import check_allocator
 from ._handle import Handle
@@ -535,16 +535,19 @@ def _move(
 ) -> None:
     """Run one transfer; with ``moved``, in pieces of ``PIECE`` bytes, each
     reported (``moved(nbytes)``) as it lands."""
+    whole = Transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write, deadline)
     if moved is None or op.nbytes <= PIECE:
-        run_transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write, deadline, backend)
+        run_transfer(whole, backend)
         if moved is not None:
             moved(op.nbytes)
         return
     for start in range(0, op.nbytes, PIECE):
         length = min(PIECE, op.nbytes - start)
         piece = replace(op.local, addr=op.local.addr + start, nbytes=length)
-        run_transfer(op.handle, piece, op.remote_offset + start, length, op.write, deadline,
-                     backend)  # fmt: skip
+        run_transfer(
+            replace(whole, local=piece, remote_offset=op.remote_offset + start, nbytes=length),
+            backend,
+        )
         moved(length)
 
 

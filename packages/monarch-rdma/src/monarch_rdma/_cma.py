@@ -63,7 +63,7 @@ import monarch_rdma._owner as _owner
 import monarch_rdma._parallel as _parallel
 import monarch_rdma._ptrace as _ptrace
 
-from ._backend import OwnerRequest, PairRefused
+from ._backend import OwnerRequest, PairRefused, Transfer
 from ._config import RdmaConfig, get_config
 from ._errors import (
     RDMABufferDropped,
@@ -274,24 +274,17 @@ class CmaBackend:
             )
         return None
 
-    def transfer(
-        self,
-        handle: Handle,
-        local: LocalMemory,
-        remote_offset: int,
-        nbytes: int,
-        write: bool,
-        deadline: float,
-    ) -> None:
+    def transfer(self, t: Transfer) -> None:
+        handle = t.handle
         if handle.owner.pid == os.getpid():
-            self._in_process(handle, local.addr, handle.addr + remote_offset, nbytes, write)
+            self._in_process(handle, t.local.addr, handle.addr + t.remote_offset, t.nbytes, t.write)
             return
         try:
-            if write:
-                self._write(handle, local, remote_offset, nbytes, deadline)
+            if t.write:
+                self._write(t)
             else:
-                self._allowed(handle, deadline)
-                self._read(handle, local, remote_offset, nbytes, deadline)
+                self._allowed(handle, t.deadline)
+                self._read(t)
         except PairRefused as error:
             owner = handle.owner
             with self.lock:
@@ -305,35 +298,31 @@ class CmaBackend:
             raise CmaDenied(str(error)) from error
 
     @staticmethod
-    def _read(
-        handle: Handle, local: LocalMemory, remote_offset: int, nbytes: int, deadline: float
-    ) -> None:
+    def _read(t: Transfer) -> None:
         """A lease of the range from the owner, the copy, the lease's release."""
-        remote = handle.addr + remote_offset
+        handle, deadline = t.handle, t.deadline
+        local, remote = t.local.addr, handle.addr + t.remote_offset
 
         def move(offset: int, length: int) -> None:
-            _copy_all(handle, local.addr + offset, remote + offset, length, False, deadline)
+            _copy_all(handle, local + offset, remote + offset, length, False, deadline)
 
         seconds = max(0.0, deadline - time.monotonic()) + LEASE_SLACK
         with _control.connection(handle, deadline, local=True) as chan:
             asked = time.monotonic()
             lease, _ = _control.exchange(chan, handle, CMA_LEASE, deadline, {"seconds": seconds},
-                                         remote_offset, nbytes)  # fmt: skip
+                                         t.remote_offset, t.nbytes)  # fmt: skip
             try:
-                _in_pieces(nbytes, move)
+                _in_pieces(t.nbytes, move)
             finally:
                 _control.tell(chan, handle, CMA_RELEASE, {"lease": lease})
         if time.monotonic() > asked + min(seconds, LEASE_MAX):  # the lease may have run out
             check_token(handle)  # dropped meanwhile: the bytes may be stale
 
-    def _write(
-        self, handle: Handle, local: LocalMemory, remote_offset: int, nbytes: int,
-        deadline: float,
-    ) -> None:  # fmt: skip
-        """Ask the owner to copy ``local`` in: it reads it from this process."""
-        self._let_owner_attach(handle)
-        _control.request(handle, CMA_WRITE, deadline, {"addr": local.addr}, remote_offset,
-                         nbytes, local=True)  # fmt: skip
+    def _write(self, t: Transfer) -> None:
+        """Ask the owner to copy ``t.local`` in: it reads it from this process."""
+        self._let_owner_attach(t.handle)
+        _control.request(t.handle, CMA_WRITE, t.deadline, {"addr": t.local.addr},
+                         t.remote_offset, t.nbytes, local=True)  # fmt: skip
 
     def _let_owner_attach(self, handle: Handle) -> None:
         """Under Yama scope 1, let the owner attach to this process (once per

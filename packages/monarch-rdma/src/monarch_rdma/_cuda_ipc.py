@@ -51,7 +51,7 @@ from typing import Any
 import monarch_rdma._backends as _backends
 import monarch_rdma._control as _control
 
-from ._backend import ConnectionResources, OwnerRequest
+from ._backend import ConnectionResources, OwnerRequest, Transfer
 from ._cuda_memory import bytes_of, cuda_available, torch_module
 from ._handle import Handle
 from ._identity import this_host
@@ -334,10 +334,11 @@ class CudaIpcBackend:
             idle.sort(key=lambda t: t.numel())
             del idle[IDLE_STAGING:]
 
-    def _copy(self, handle: Handle, shared: Any, write: bool, remote_offset: int,
-              nbytes: int, deadline: float) -> None:  # fmt: skip
+    def _copy(self, t: Transfer, shared: Any) -> None:
         """One ``CUDA_COPY`` between the region and ``shared`` (a flat uint8
-        CUDA tensor of ours); the owner answers once the copy has completed."""
+        CUDA tensor of ours, standing for ``t.local``); the owner answers once
+        the copy has completed."""
+        handle = t.handle
         torch = torch_module()
         storage = shared.untyped_storage()
         at = int(shared.data_ptr()) - int(storage.data_ptr())
@@ -345,25 +346,18 @@ class CudaIpcBackend:
         args = {
             "handle": self.exports.items_for(storage, owner),
             "at": at,
-            "write": write,
+            "write": t.write,
             "forget": self.exports.take_forgotten(owner),
         }
         # The owner's copy runs on its own stream: our work on this memory
         # (a kernel producing a write's source, or still reading a read's
         # destination) must have finished. Only this stream, not the device.
         torch.cuda.current_stream(shared.device.index).synchronize()
-        _control.request(handle, CUDA_COPY, deadline, args, remote_offset, nbytes,
+        _control.request(handle, CUDA_COPY, t.deadline, args, t.remote_offset, t.nbytes,
                          local=bool(handle.owner.local))  # fmt: skip
 
-    def transfer(
-        self,
-        handle: Handle,
-        local: LocalMemory,
-        remote_offset: int,
-        nbytes: int,
-        write: bool,
-        deadline: float,
-    ) -> None:
+    def transfer(self, t: Transfer) -> None:
+        local, nbytes, write = t.local, t.nbytes, t.write
         torch = torch_module()
         mine: Any = None  # the local bytes, as a tensor (None: nothing to move)
         if local.is_cuda and nbytes:
@@ -372,7 +366,7 @@ class CudaIpcBackend:
             mine = flat[start : start + nbytes]
             try:
                 # straight between the owner's memory and ours: one device copy
-                self._copy(handle, mine, write, remote_offset, nbytes, deadline)
+                self._copy(t, mine)
                 return
             except RuntimeError as error:
                 # torch will not share a storage it received from another
@@ -381,12 +375,12 @@ class CudaIpcBackend:
                     raise
         elif nbytes:
             mine = torch.frombuffer(local.view(0, nbytes), dtype=torch.uint8)
-        device = local.device if local.is_cuda else handle.device
+        device = local.device if local.is_cuda else t.handle.device
         staging = self._take(device, nbytes)
         try:
             if write and mine is not None:
                 staging[:nbytes].copy_(mine)
-            self._copy(handle, staging[:nbytes], write, remote_offset, nbytes, deadline)
+            self._copy(t, staging[:nbytes])
             if not write and mine is not None:
                 mine.copy_(staging[:nbytes])
                 torch.cuda.current_stream(staging.device.index).synchronize()

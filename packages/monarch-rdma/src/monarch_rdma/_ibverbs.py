@@ -46,7 +46,7 @@ from typing import Any
 import monarch_rdma._backends as _backends
 import monarch_rdma._control as _control
 
-from ._backend import ConnectionResources, OwnerRequest
+from ._backend import ConnectionResources, OwnerRequest, Transfer
 from ._config import RdmaConfig, get_config
 from ._errors import (
     RDMABackendUnavailable,
@@ -486,35 +486,27 @@ class IbverbsBackend:
             return "the owner has no usable ibverbs device"
         return None
 
-    def transfer(
-        self,
-        handle: Handle,
-        local: LocalMemory,
-        remote_offset: int,
-        nbytes: int,
-        write: bool,
-        deadline: float,
-    ) -> None:
+    def transfer(self, t: Transfer) -> None:
         dev = device()
-        v = dev.v
-        conn, rkey, raddr, writable = _connection(handle, deadline)
-        if write and not writable:  # the owner said so; its NIC would refuse it too
-            raise RDMATransferError(readonly_message(handle.buffer_id))
-        mr, cached = dev.local_mr(local)
+        conn, rkey, raddr, writable = _connection(t.handle, t.deadline)
+        if t.write and not writable:  # the owner said so; its NIC would refuse it too
+            raise RDMATransferError(readonly_message(t.handle.buffer_id))
+        mr, cached = dev.local_mr(t.local)
         try:
             with conn.lock:
-                self._run(v, conn, mr, handle, local, rkey, raddr + remote_offset, nbytes,
-                          write, deadline)  # fmt: skip
+                self._run(dev.v, conn, mr, t, rkey, raddr + t.remote_offset)
         finally:
             if not cached:
                 mr.close()
 
     @staticmethod
     def _run(
-        v: SimpleNamespace, conn: Connection, mr: Any, handle: Handle, local: LocalMemory,
-        rkey: int, raddr: int, nbytes: int, write: bool, deadline: float,
-    ) -> None:  # fmt: skip
-        pieces = plan(nbytes, get_config().chunk_bytes)
+        v: SimpleNamespace, conn: Connection, mr: Any, t: Transfer, rkey: int, raddr: int
+    ) -> None:
+        """Post ``t``'s pieces (to the region at ``raddr``, key ``rkey``) and
+        wait for their completions."""
+        handle, local, write, deadline = t.handle, t.local, t.write, t.deadline
+        pieces = plan(t.nbytes, get_config().chunk_bytes)
         opcode = v.e.IBV_WR_RDMA_WRITE if write else v.e.IBV_WR_RDMA_READ
         posted = done = 0
         while done < len(pieces):

@@ -21,7 +21,7 @@ from collections.abc import Set
 
 import monarch_rdma._backends as _backends
 
-from ._backend import PairRefused, RdmaBackend
+from ._backend import PairRefused, RdmaBackend, Transfer
 from ._config import get_config
 from ._errors import RDMABackendUnavailable
 from ._handle import Handle
@@ -71,22 +71,15 @@ def choose(
     )
 
 
-def run_transfer(
-    handle: Handle,
-    local: LocalMemory,
-    remote_offset: int,
-    nbytes: int,
-    write: bool,
-    deadline: float,
-    backend: RdmaBackend | None = None,
-) -> None:
+def run_transfer(t: Transfer, backend: RdmaBackend | None = None) -> None:
     """Move the bytes with ``backend`` (chosen when not given), and with the
     next choice if the system refuses that one for this pair."""
+    handle = t.handle
     refused: set[str] = set()
     while True:
-        backend = backend or choose(handle, local, refused=refused)
+        backend = backend or choose(handle, t.local, refused=refused)
         try:
-            backend.transfer(handle, local, remote_offset, nbytes, write, deadline)
+            backend.transfer(t)
             return
         except PairRefused as error:
             if get_config().backend == backend.name:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import replace
 
 import monarch_rdma._backends as _backends
 import monarch_rdma._control as _control
 import monarch_rdma._parallel as _parallel
 
-from ._backend import OwnerRequest
+from ._backend import OwnerRequest, Transfer
 from ._config import RdmaConfig, get_config
 from ._cuda_memory import from_host, staged, to_host
 from ._errors import RDMATcpFallbackWarning
@@ -80,34 +81,28 @@ def plan(nbytes: int, streams: int, chunk: int) -> list[list[tuple[int, int]]]:
     return [pieces[i::lanes] for i in range(lanes)]
 
 
-def _stream(
-    handle: Handle,
-    local: LocalMemory,
-    remote_offset: int,
-    pieces: list[tuple[int, int]],
-    write: bool,
-    deadline: float,
-) -> None:
-    """Move ``pieces`` (offset, length; the same offset on both sides,
-    counted from ``remote_offset`` remotely) over one connection."""
+def _stream(t: Transfer, pieces: list[tuple[int, int]]) -> None:
+    """Move ``pieces`` of ``t`` (offset, length; the same offset on both
+    sides, counted from ``t.remote_offset`` remotely) over one connection."""
+    handle, deadline = t.handle, t.deadline
 
     def header(offset: int, length: int) -> bytes:
-        op = WRITE if write else READ
+        op = WRITE if t.write else READ
         return request_header(
-            op, handle.buffer_id, handle.token, remote_offset + offset, length, data=write
+            op, handle.buffer_id, handle.token, t.remote_offset + offset, length, data=t.write
         )
 
     with _control.connection(handle, deadline) as chan:
-        if write:
+        if t.write:
             for offset, length in pieces:
                 _control.set_deadline(chan, deadline)
-                chan.send([header(offset, length), b"", local.view(offset, length)])
+                chan.send([header(offset, length), b"", t.local.view(offset, length)])
             for _ in pieces:
                 _control.read_answer(chan, handle, deadline)
         else:
             chan.send(*([header(offset, length), b"", b""] for offset, length in pieces))
             for offset, length in pieces:
-                _control.read_answer(chan, handle, deadline, local.view(offset, length))
+                _control.read_answer(chan, handle, deadline, t.local.view(offset, length))
 
 
 class TcpBackend:
@@ -121,32 +116,19 @@ class TcpBackend:
     def unsupported(self, handle: Handle, local: LocalMemory) -> str | None:
         return None
 
-    def transfer(
-        self,
-        handle: Handle,
-        local: LocalMemory,
-        remote_offset: int,
-        nbytes: int,
-        write: bool,
-        deadline: float,
-    ) -> None:
-        if local.is_cuda:
-            with staged(local, nbytes, write) as host:
-                self.transfer(handle, host, remote_offset, nbytes, write, deadline)
+    def transfer(self, t: Transfer) -> None:
+        if t.local.is_cuda:
+            with staged(t.local, t.nbytes, t.write) as host:
+                self.transfer(replace(t, local=host))
             return
         config = get_config()
         # Sealed, each piece is checked whole at the other end before it is used:
         # smaller pieces let that check (and the owner's copy out of staging)
         # run while the next piece arrives.
-        sealed = tags_required(integrity_mode(), "tcp", handle.owner.server[0])
+        sealed = tags_required(integrity_mode(), "tcp", t.handle.owner.server[0])
         chunk = min(config.chunk_bytes, SEALED_PIECE if sealed else MAX_DATA)
-        lanes = plan(nbytes, config.tcp_streams, chunk)
-        _parallel.run_all(
-            [
-                functools.partial(_stream, handle, local, remote_offset, lane, write, deadline)
-                for lane in lanes
-            ]
-        )
+        lanes = plan(t.nbytes, config.tcp_streams, chunk)
+        _parallel.run_all([functools.partial(_stream, t, lane) for lane in lanes])
 
 
 # -- the owner's side -----------------------------------------------------------------------

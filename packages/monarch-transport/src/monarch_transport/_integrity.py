@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ._config import INTEGRITY
 from ._errors import AuthenticationError
@@ -144,8 +146,12 @@ def derive_key(
     Returns:
         A 32-byte key, for ``Sealer`` and ``Opener``.
     """
-    prk = hmac.new(hello + server_nonce, secret, hashlib.sha256).digest()
-    return hmac.new(prk, b"monarch-transport " + label + b" v2\x01", hashlib.sha256).digest()
+    return HKDF(
+        algorithm=SHA256(),
+        length=32,
+        salt=hello + server_nonce,
+        info=b"monarch-transport " + label + b" v2",
+    ).derive(secret)
 
 
 LARGE: Final = 1 << 14  # frames from this size are GMACed a piece at a time

@@ -9,6 +9,7 @@ import time
 
 import monarch.actor
 from monarch.actor import Actor, SupervisionError, attach_to_workers, endpoint
+from monarch_actor.testing import wait_for
 
 seen = []
 monarch.actor.unhandled_fault_hook = seen.append
@@ -35,10 +36,8 @@ def main(workers: list[str]) -> None:
     except SupervisionError as error:
         print(f"after {time.monotonic() - started:.1f} s: {error}", flush=True)
     print("host 0 answers:", sleepers.slice(hosts=0).nap.call_one(0.0).get(timeout=30) == 0.0)
-    deadline = time.monotonic() + 15
-    while not seen and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # a second report would come now
+    wait_for(lambda: seen, 15)
+    time.sleep(1.0)  # a second report would come now: what is checked is that none does
     print("reports:", len(seen), [f.crashed_ranks for f in seen], flush=True)
 
 

@@ -70,6 +70,18 @@ class Probe(Actor):
         return seconds
 
     @endpoint
+    def hold(self, gate: str, seconds: float = 60.0) -> bool:
+        """Busy (a sync endpoint) until the file ``gate`` exists, at most
+        ``seconds``; whether it came: the test opens the gate when it has
+        seen what it wanted while this actor was busy."""
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(gate):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)  # busy on purpose: what the test looks at is this actor held
+        return True
+
+    @endpoint
     def unpicklable(self) -> object:
         return threading.Lock()
 
@@ -188,7 +200,10 @@ class Victim(Actor):
         return [os.environ.get(name) for name in names]
 
     @endpoint
-    def block(self, seconds: float) -> float:
+    def block(self, seconds: float, started: str = "") -> float:
+        """Busy for ``seconds``; with ``started``, a line there says it began."""
+        if started:
+            note(started, f"blocking {os.getpid()}")
         time.sleep(seconds)  # a sync endpoint, busy
         return seconds
 
@@ -218,7 +233,10 @@ class AsyncVictim(Actor):
         return os.getpid()
 
     @endpoint
-    async def nap(self, seconds: float) -> float:
+    async def nap(self, seconds: float, started: str = "") -> float:
+        """Asleep for ``seconds``; with ``started``, a line there says it began."""
+        if started:
+            note(started, f"napping {os.getpid()}")
         await asyncio.sleep(seconds)
         return seconds
 

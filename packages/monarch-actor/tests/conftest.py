@@ -10,6 +10,8 @@ sys.path.insert(0, HERE)
 
 os.environ.setdefault("MONARCH_PRELOAD", "none")  # the tests do not use torch in procs
 
+from monarch_actor.testing import failures, no_unexpected_faults  # noqa: E402, F401 (fixtures; after the environment above)
+
 
 @pytest.fixture(scope="session")
 def procs():
@@ -29,33 +31,3 @@ def server():
     host, port = debug_controller().server_address.call_one().get(timeout=60)
     assert host == "localhost"
     return port
-
-
-@pytest.fixture(autouse=True)
-def no_unexpected_faults():
-    """A failure nobody handled fails the test that caused it, with its report,
-    instead of interrupting the whole run (the default hook's SIGINT is tested
-    in a subprocess)."""
-    import monarch_actor
-
-    faults = []
-    default = monarch_actor.unhandled_fault_hook
-    monarch_actor.unhandled_fault_hook = faults.append
-    try:
-        yield
-    finally:
-        monarch_actor.unhandled_fault_hook = default
-    assert not faults, "unhandled failures:\n" + "\n".join(f.report() for f in faults)
-
-
-@pytest.fixture
-def failures():
-    """The failures that reach the controller's hook during the test (none is
-    an error here: the test looks at them)."""
-    import monarch_actor
-
-    seen = []
-    before = monarch_actor.unhandled_fault_hook
-    monarch_actor.unhandled_fault_hook = seen.append
-    yield seen
-    monarch_actor.unhandled_fault_hook = before

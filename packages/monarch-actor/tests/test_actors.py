@@ -113,14 +113,19 @@ def test_choose_and_accumulate(procs):
     assert total == 8
 
 
-def test_stream_yields_in_completion_order(procs):
+def test_stream_yields_in_completion_order(procs, tmp_path):
     probes = procs.spawn("probes", Probe)
-    # rank 0 is kept busy first, so its answer to the stream comes last
-    busy = probes.slice(gpus=0).sleep.call_one(1.5)
-    order = [future.get(timeout=10) for future in probes.where.stream()]
+    # rank 0 is held busy until the others have answered, so its answer comes last
+    gate = tmp_path / "gate"
+    busy = probes.slice(gpus=0).hold.call_one(str(gate))
+    stream = probes.where.stream()
+    order = [next(stream).get(timeout=10) for _ in range(3)]
+    assert not busy.done()
+    gate.touch()
+    order.append(next(stream).get(timeout=10))
     assert [o["rank"]["gpus"] for o in order][-1] == 0
     assert sorted(o["rank"]["gpus"] for o in order) == [0, 1, 2, 3]
-    assert busy.get() == 1.5
+    assert busy.get(timeout=10) is True
 
 
 def test_async_actors_run_on_their_own_loop(procs):
@@ -177,13 +182,15 @@ def test_send_with_a_port(procs):
     ]
 
 
-def test_a_blocking_endpoint_does_not_stall_its_process(procs):
+def test_a_blocking_endpoint_does_not_stall_its_process(procs, tmp_path):
     probes = procs.spawn("probes", Probe).slice(gpus=0)
     others = procs.spawn("others", Counter, 5).slice(gpus=0)
-    slow = probes.sleep.call_one(4.0)
+    gate = tmp_path / "gate"
+    slow = probes.hold.call_one(str(gate))
     assert others.get.call_one().get(timeout=10) == 5
-    assert not slow.done()  # answered while the other actor still sleeps: nothing stalled
-    assert slow.get(timeout=10) == 4.0
+    assert not slow.done()  # answered while the other actor is still held: nothing stalled
+    gate.touch()
+    assert slow.get(timeout=10) is True
 
 
 def test_sync_get_and_await_inside_endpoints(procs):

@@ -23,29 +23,13 @@ from actors import (
 )
 
 from monarch_actor import ActorError, SupervisionError, this_host
+from monarch_actor.testing import alive, wait_for
 
 DETECT = 2.0  # seconds: a dead process on this host fails pending calls within this
 
 
-def wait_for(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def read(path):
     return Path(path).read_text() if os.path.exists(path) else ""
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize(
@@ -90,13 +74,14 @@ def test_a_process_dying_in_a_call_fails_the_call_and_tells_the_owner(failures, 
     assert len(failures) == 1  # once per failed rank, and a stop is no failure
 
 
-def test_sigkill_while_blocked_in_a_sync_endpoint_fails_every_waiting_call(failures):
+def test_sigkill_while_blocked_in_a_sync_endpoint_fails_every_waiting_call(failures, tmp_path):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     victim = procs.spawn("blocked", Victim)
     pid = victim.pid.call_one().get(timeout=30)
-    busy = victim.block.call_one(60.0)
+    started = str(tmp_path / "started")
+    busy = victim.block.call_one(60.0, started)
     queued = [victim.pid.call_one() for _ in range(5)]  # behind the busy one
-    time.sleep(0.2)
+    assert wait_for(lambda: read(started))
     os.kill(pid, signal.SIGKILL)
     started = time.monotonic()
     for future in [busy, *queued]:
@@ -107,12 +92,13 @@ def test_sigkill_while_blocked_in_a_sync_endpoint_fails_every_waiting_call(failu
     procs.stop().get(timeout=30)
 
 
-def test_sigkill_during_an_async_call(failures):
+def test_sigkill_during_an_async_call(failures, tmp_path):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     victim = procs.spawn("napping", AsyncVictim)
     pid = victim.pid.call_one().get(timeout=30)
-    napping = victim.nap.call_one(60.0)
-    time.sleep(0.2)
+    started = str(tmp_path / "started")
+    napping = victim.nap.call_one(60.0, started)
+    assert wait_for(lambda: read(started))
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(SupervisionError, match="SIGKILL"):
         napping.get(timeout=DETECT)
@@ -120,12 +106,13 @@ def test_sigkill_during_an_async_call(failures):
     procs.stop().get(timeout=30)
 
 
-def test_sigkill_during_a_broadcast_reaches_the_owner(failures):
+def test_sigkill_during_a_broadcast_reaches_the_owner(failures, tmp_path):
     procs = this_host().spawn_procs(per_host={"gpus": 3})
     victims = procs.spawn("victims", Victim)
     pids = victims.pid.call().get(timeout=30)
-    victims.block.broadcast(60.0)
-    time.sleep(0.2)
+    started = str(tmp_path / "started")
+    victims.block.broadcast(60.0, started)
+    assert wait_for(lambda: len(read(started).splitlines()) == 3)  # every rank is busy
     os.kill(pids[{"gpus": 2}], signal.SIGKILL)
     assert wait_for(lambda: failures, DETECT)
     assert failures[0].crashed_ranks == [2] and "SIGKILL" in failures[0].report()
@@ -287,6 +274,7 @@ SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     import monarch_actor
     from monarch_actor import this_host
+    from monarch_actor.testing import wait_for
     from actors import Victim
 
     procs = this_host().spawn_procs(per_host={{"gpus": 2}})
@@ -321,8 +309,7 @@ def test_a_silent_process_is_found_by_heartbeats():
             victims.slice(gpus=1).block.call_one(0.0).get(timeout=10)
         except monarch_actor.SupervisionError as error:
             print("call failed after", round(time.monotonic() - started, 1), error)
-        while not seen and time.monotonic() < started + 10:
-            time.sleep(0.05)
+        wait_for(lambda: seen, 10)
         print("hook:", seen[0].report() if seen else None)
         print("survivor:", victims.slice(gpus=0).pid.call_one().get(timeout=10) > 0)
         procs.stop().get(timeout=30)
@@ -352,9 +339,7 @@ def test_the_root_hook_decides_whether_the_script_goes_on(hook):
         + textwrap.dedent(
             """
             victims.slice(gpus=0).die.broadcast("raise")
-            deadline = time.monotonic() + 30
-            while not handled and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: handled, 30)
             print("went on", len(handled))
             procs.stop().get(timeout=30)
             """

@@ -15,6 +15,7 @@ import pytest
 from actors import Victim
 
 from monarch_actor import SupervisionError, attach_to_workers
+from monarch_actor.testing import gone
 from monarch_transport import job_secret
 
 WORKER = "from monarch_actor import run_worker_loop_forever as run; import sys; "
@@ -103,9 +104,7 @@ def test_a_host_that_vanishes_fails_its_callers_naming_it_and_the_rest_work(work
         busy.get(timeout=LOST)
     assert time.monotonic() - started < LOST
     assert victims.slice(hosts=0).pid.call_one().get(timeout=10) > 0
-    deadline = time.monotonic() + LOST
-    while not failures and time.monotonic() < deadline:
-        time.sleep(0.02)
+    assert failures.wait(LOST)
     assert len(failures) == 1 and failures[0].crashed_ranks == [1]
     assert "host" in failures[0].report()
     with pytest.raises(SupervisionError):
@@ -128,9 +127,7 @@ def test_a_silent_host_is_declared_lost_after_its_deadline(workers, failures):
             busy.get(timeout=LOST)
         assert time.monotonic() - started < LOST
         assert victims.slice(hosts=0).pid.call_one().get(timeout=10) > 0
-        deadline = time.monotonic() + LOST
-        while not failures and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert failures.wait(LOST)
         assert len(failures) == 1 and failures[0].crashed_ranks == [1]
         assert "127.0.0.1" in failures[0].report()
     finally:
@@ -177,10 +174,7 @@ def test_a_killed_controller_leaves_no_procs_and_the_worker_serves_the_next(tmp_
         assert len(pids) == 2
         controller.kill()
         controller.wait(10)
-        deadline = time.monotonic() + 15
-        while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(os.path.exists(f"/proc/{p}") for p in pids)
+        assert gone(pids) == []
         # the worker outlives its controller and serves the next one
         hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
         victim = hosts.spawn_procs(per_host={"gpus": 1}).spawn("v", Victim)

@@ -5,29 +5,12 @@ import asyncio
 import logging
 import os
 import signal
-import time
 
 import pytest
 from script_runner import run_script
 
 from monarch_actor import Actor, endpoint, this_host
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_gone(pids, seconds=15.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not any(alive(p) for p in pids):
-            return []
-        time.sleep(0.05)
-    return [p for p in pids if alive(p)]
+from monarch_actor.testing import Failures, alive, gone
 
 
 def test_stop_reaps_the_processes():
@@ -37,7 +20,7 @@ def test_stop_reaps_the_processes():
     pids = [s["pid"] for s in procs.spawn("p", Probe).where.call().get().values()]
     assert all(alive(p) for p in pids)
     procs.stop().get(timeout=30)
-    assert wait_gone(pids, 1.0) == []
+    assert gone(pids, 1.0) == []
 
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
@@ -58,7 +41,7 @@ def test_no_orphans_when_the_controller_ends(how):
         if how == "sigkill":
             os.kill(script.pid, signal.SIGKILL)
         script.wait(30)
-        assert wait_gone(pids) == []
+        assert gone(pids) == []
     finally:
         script.kill()
         script.wait()
@@ -67,15 +50,26 @@ def test_no_orphans_when_the_controller_ends(how):
 def test_output_streams_to_the_controller_tagged_with_rank():
     script = run_script(
         """
+        import io
+        from monarch_actor.testing import wait_for
+
+        class Tee(io.StringIO):  # what reaches this stdout, kept to wait on
+            def write(self, text):
+                sys.__stdout__.write(text)
+                return super().write(text)
+
+        sys.stdout = shown = Tee()
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=None))
         actors = procs.spawn("talk", Pid)
         actors.slice(gpus=1).say.call_one("hello from one").get()
-        time.sleep(1.0)  # output travels on its own path: let it arrive before the switch
+        # output travels on its own path: it arrives before the switch
+        assert wait_for(lambda: "hello from one" in shown.getvalue())
         asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=1))
         actors.say.call("same everywhere").get()
-        time.sleep(2.5)
+        assert wait_for(lambda: "similar log lines" in shown.getvalue())
         procs.stop().get()
+        sys.__stdout__.flush()
         """
     )
     out, err = script.communicate(timeout=60)
@@ -133,14 +127,12 @@ def test_the_fault_hook_can_be_replaced():
     # ones, so the session's shared mesh must not be the one that fails
     procs = monarch_actor.this_host().spawn_procs(per_host={"gpus": 4})
 
-    seen = []
+    seen = Failures()
     original = monarch_actor.unhandled_fault_hook
     monarch_actor.unhandled_fault_hook = seen.append
     try:
         procs.spawn("counters", Counter, 0).slice(gpus=2).boom.broadcast("told nobody")
-        deadline = time.monotonic() + 10
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert seen.wait(10)
     finally:
         monarch_actor.unhandled_fault_hook = original
     assert seen and "told nobody" in seen[0].report()
@@ -219,11 +211,11 @@ def test_stopping_a_slice_stops_only_its_processes():
     probes = procs.spawn("p", Probe)
     pids = [s["pid"] for s in probes.where.call().get().values()]
     procs.slice(gpus=slice(0, 2)).stop().get(timeout=30)
-    assert wait_gone(pids[:2], 1.0) == []
+    assert gone(pids[:2], 1.0) == []
     assert alive(pids[2])
     assert probes.slice(gpus=2).echo.call_one("still here").get(timeout=10) == "still here"
     procs.slice(gpus=2).stop().get(timeout=30)
-    assert wait_gone(pids[2:], 1.0) == []
+    assert gone(pids[2:], 1.0) == []
 
 
 def test_bootstrap_runs_before_actors_and_its_failure_is_clear():
@@ -303,7 +295,7 @@ def test_shutting_down_the_host_stops_its_processes_and_a_new_mesh_still_starts(
     out, err = script.communicate(timeout=60)
     assert script.returncode == 0, err
     first, second = out.strip().splitlines()
-    assert wait_gone([int(p) for p in first.split()], 5.0) == []
+    assert gone([int(p) for p in first.split()], 5.0) == []
     assert second == "True"
 
 
@@ -328,7 +320,7 @@ def test_shutdown_context_stops_the_processes_once_and_the_script_goes_on():
     lines = out.splitlines()
     assert lines[0].startswith("refused: shutdown_context: host_timeout must be"), (out, err)
     assert lines[-1] == "still running", (out, err)
-    assert wait_gone([int(p) for p in lines[1].split()]) == []
+    assert gone([int(p) for p in lines[1].split()]) == []
 
 
 class RootLevel(Actor):
@@ -356,6 +348,6 @@ def test_a_process_stopped_cleanly_runs_finalizers_and_atexit_handlers(tmp_path)
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     pid = procs.spawn("marker", FinalizerMarker, str(marker)).pid.call_one().get()
     procs.stop().get(timeout=30)
-    assert wait_gone([pid]) == []
+    assert gone([pid]) == []
     assert marker.read_text() == "finalized"  # a module global's __del__ ran
     assert (tmp_path / "marker.atexit").exists()

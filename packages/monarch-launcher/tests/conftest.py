@@ -1,6 +1,5 @@
 import os
 import sys
-import threading
 
 import pytest
 
@@ -12,21 +11,7 @@ sys.path.insert(0, HERE)
 
 os.environ.setdefault("MONARCH_PRELOAD", "none")  # the tests do not use torch in procs
 
-
-@pytest.fixture(autouse=True)
-def no_unexpected_faults():
-    """A failure nobody handled fails the test that caused it, with its
-    report, instead of ending the whole run."""
-    import monarch_actor
-
-    faults = []
-    default = monarch_actor.unhandled_fault_hook
-    monarch_actor.unhandled_fault_hook = faults.append
-    try:
-        yield
-    finally:
-        monarch_actor.unhandled_fault_hook = default
-    assert not faults, "unhandled failures:\n" + "\n".join(f.report() for f in faults)
+from monarch_actor.testing import failures, no_unexpected_faults  # noqa: E402, F401 (fixtures; after the environment above)
 
 
 @pytest.fixture
@@ -36,31 +21,3 @@ def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MONARCH_STATE_DIR", str(tmp_path / "state"))
     return tmp_path
-
-
-class Failures(list):
-    """Failures that reached the controller's hook; ``wait`` for the first."""
-
-    def __init__(self):
-        super().__init__()
-        self._arrived = threading.Event()
-
-    def append(self, failure):
-        super().append(failure)
-        self._arrived.set()
-
-    def wait(self, timeout):
-        return self._arrived.wait(timeout)
-
-
-@pytest.fixture
-def failures():
-    """The failures that reach the controller's hook during the test (the
-    test expects them and looks at them)."""
-    import monarch_actor
-
-    seen = Failures()
-    before = monarch_actor.unhandled_fault_hook
-    monarch_actor.unhandled_fault_hook = seen.append
-    yield seen
-    monarch_actor.unhandled_fault_hook = before

@@ -10,6 +10,8 @@ sys.path.insert(0, HERE)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
 os.environ.setdefault("MONARCH_PRELOAD", "none")
 
+from monarch_actor.testing import no_unexpected_faults  # noqa: E402, F401 (an autouse fixture; after the environment above)
+
 
 @pytest.fixture(scope="session")
 def procs():
@@ -45,17 +47,3 @@ def backend(request):
     old = monarch_rdma.configure(backend=name)
     yield name
     monarch_rdma.configure(**dataclasses.asdict(old))
-
-
-@pytest.fixture(autouse=True)
-def no_unexpected_faults():
-    import monarch_actor
-
-    faults = []
-    default = monarch_actor.unhandled_fault_hook
-    monarch_actor.unhandled_fault_hook = faults.append
-    try:
-        yield
-    finally:
-        monarch_actor.unhandled_fault_hook = default
-    assert not faults, "unhandled failures:\n" + "\n".join(f.report() for f in faults)

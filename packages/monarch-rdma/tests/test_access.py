@@ -19,6 +19,7 @@ import pytest
 from test_selection import fake_nic, settings  # noqa: F401 (fixtures)
 
 import monarch_rdma
+from monarch_actor.testing import wait_for
 from monarch_rdma import (
     RDMABuffer,
     RDMABufferDropped,
@@ -319,15 +320,6 @@ def test_cma_write_in_process_reports_a_buffer_dropped_during_it(backend, monkey
 # -- ibverbs: queue pairs a peer makes the owner create --------------------------------------------
 
 
-def wait_for(condition, seconds=5.0):
-    end = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def test_owner_queue_pairs_are_released_with_the_readers_connection(fake_nic, settings):  # noqa: F811
     settings(backend="ibverbs")
     buffer = RDMABuffer(memoryview(bytearray(4096)))
@@ -339,7 +331,7 @@ def test_owner_queue_pairs_are_released_with_the_readers_connection(fake_nic, se
     for conn in list(_ibverbs._connections.values()):
         conn.close()  # the reader gives up its QP and closes its control connection
     _ibverbs._connections.clear()
-    assert wait_for(lambda: not dev.peers)  # the owner destroyed its side
+    assert wait_for(lambda: not dev.peers, 5.0)  # the owner destroyed its side
     assert qpn not in fake_nic.QPS
     buffer.read_into(memoryview(bytearray(4096))).get(timeout=10)  # a new pair on demand
     assert len(dev.peers) == 1
@@ -363,7 +355,7 @@ def test_owner_queue_pairs_are_bounded_per_connection(fake_nic, settings):  # no
                               {"qp": dev.address(qp, 1)})  # fmt: skip
     finally:
         sock.close()
-    assert wait_for(lambda: not dev.peers)  # all released with the connection
+    assert wait_for(lambda: not dev.peers, 5.0)  # all released with the connection
 
 
 # -- ptrace: only the readers that asked ---------------------------------------------------------

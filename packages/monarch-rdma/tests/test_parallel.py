@@ -11,6 +11,7 @@ import pytest
 from rdma_actors import pattern
 
 import monarch_rdma
+from monarch_actor.testing import wait_for
 from monarch_rdma import RDMABuffer, RDMABufferDropped, _cma, _control, _parallel
 
 MIB = 1 << 20
@@ -171,15 +172,6 @@ def advice(monkeypatch):
     return calls
 
 
-def _wait_for(condition):
-    import time
-
-    deadline = time.monotonic() + 10
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
-
-
 def _within(calls, buffer, what):
     """The calls of kind ``what`` on ``buffer``'s memory (a thread of an
     earlier test may still be collapsing its own regions)."""
@@ -193,7 +185,7 @@ def test_large_regions_ask_for_huge_pages_in_the_background(advice):
     start, end = _cma.huge_page_range(buffer._handle.addr, size)
     assert _within(advice, buffer, _cma.MADV_HUGEPAGE) == [start]
     steps = list(range(start, end, _cma.COLLAPSE_STEP))
-    assert _wait_for(lambda: _within(advice, buffer, _cma.MADV_COLLAPSE) == steps)
+    assert wait_for(lambda: _within(advice, buffer, _cma.MADV_COLLAPSE) == steps)
     small = RDMABuffer(memoryview(bytearray(_cma.HUGE_PAGES_FROM - 1)))
     assert not _within(advice, small, _cma.MADV_HUGEPAGE)  # nothing for a small region
     buffer.drop().get()
@@ -214,7 +206,7 @@ def test_a_dropped_region_is_not_collapsed(advice):
     gone.drop().get()
     _cma.prefer_huge_pages(gone_region)  # queued after its drop: skipped
     _cma.prefer_huge_pages(kept_region)  # queued after it, on the same thread
-    assert _wait_for(lambda: _within(advice, kept, _cma.MADV_COLLAPSE))
+    assert wait_for(lambda: _within(advice, kept, _cma.MADV_COLLAPSE))
     assert not _within(advice, gone, _cma.MADV_COLLAPSE)
     kept.drop().get()
 

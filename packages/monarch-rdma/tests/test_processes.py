@@ -13,6 +13,7 @@ import pytest
 from rdma_actors import Owner, pattern
 
 import monarch_rdma
+from monarch_actor.testing import Failures
 from monarch_rdma import RDMAAction, RDMABufferDropped, RDMAOwnerGone, RDMATransferError
 
 BACKENDS = ["auto", "cma", "tcp"]
@@ -91,7 +92,7 @@ def test_owner_death_is_an_error_not_a_hang(backend):
     import monarch_actor
     from monarch_actor import this_host
 
-    expected: list = []  # the kill is reported to the controller: expected here
+    expected = Failures()  # the kill is reported to the controller: expected here
     monarch_actor.unhandled_fault_hook = expected.append
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     try:
@@ -102,6 +103,8 @@ def test_owner_death_is_an_error_not_a_hang(backend):
         errors: list[BaseException] = []
         stop = threading.Event()
 
+        reading = threading.Event()  # set once a read went through: the next is under way
+
         def keep_reading():
             while not stop.is_set():
                 try:
@@ -109,10 +112,11 @@ def test_owner_death_is_an_error_not_a_hang(backend):
                 except BaseException as error:
                     errors.append(error)
                     return
+                reading.set()
 
         reader = threading.Thread(target=keep_reading)
         reader.start()
-        time.sleep(0.2)
+        assert reading.wait(30)
         began = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         reader.join(timeout=20)
@@ -122,9 +126,7 @@ def test_owner_death_is_an_error_not_a_hang(backend):
         assert errors and isinstance(errors[0], RDMATransferError)
         with pytest.raises(RDMAOwnerGone, match=r"exited|cannot be reached"):
             buffer.read_into(memoryview(out)).get(timeout=30)
-        deadline = time.monotonic() + 10
-        while not expected and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert expected.wait(10)
     finally:
         stop.set()
         procs.stop().get(timeout=30)

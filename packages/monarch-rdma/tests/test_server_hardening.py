@@ -6,12 +6,15 @@ a log line, while the server keeps serving everyone else."""
 import concurrent.futures
 import json
 import logging
+import os
 import select
 import socket
+import threading
 import time
 
 import pytest
 
+from monarch_actor.testing import wait_for
 from monarch_rdma import RDMABuffer, _control, _server, _wire
 
 
@@ -32,6 +35,20 @@ def buffer():
     buffer = RDMABuffer(memoryview(data))
     yield buffer
     buffer.drop().get()
+
+
+def in_handshake(address):
+    """A connection the server has taken into its handshake: it said HELLO
+    and has the server's challenge, and says nothing more."""
+    sock = socket.create_connection(address, timeout=5)
+    sock.sendall(_wire.MAGIC + os.urandom(_wire.NONCE))
+    wanted = _wire.NONCE + 1 + _wire.MAC  # the server's nonce, its flags and its proof
+    got = b""
+    while len(got) < wanted:
+        chunk = sock.recv(wanted - len(got))
+        assert chunk, "the server closed a connection it should hold in its handshake"
+        got += chunk
+    return sock
 
 
 def closed_within(sock, seconds):
@@ -69,9 +86,8 @@ def test_a_slow_drip_handshake_is_cut_off_at_one_deadline(buffer, monkeypatch):
 def test_connections_in_their_handshake_are_bounded(buffer, monkeypatch, caplog):
     monkeypatch.setattr(_server, "MAX_UNAUTHENTICATED", 2)
     address = buffer._handle.owner.server
-    idle = [socket.create_connection(address, timeout=5) for _ in range(2)]
+    idle = [in_handshake(address) for _ in range(2)]
     try:
-        time.sleep(0.3)  # both accepted and in their handshake
         with caplog.at_level(logging.WARNING, logger="monarch.rdma"):
             extra = socket.create_connection(address, timeout=5)
             with extra:
@@ -79,27 +95,38 @@ def test_connections_in_their_handshake_are_bounded(buffer, monkeypatch, caplog)
         assert "already in their handshake" in caplog.text
         assert not any(closed_within(sock, 0) for sock in idle)  # the others still wait
         # an honest peer meeting the bound tries again until its deadline, and gets in
+        refused = threading.Event()
+        handshake = _control.client_handshake
+
+        def noted(*args):
+            try:
+                return handshake(*args)
+            except ConnectionError:
+                refused.set()
+                raise
+
+        monkeypatch.setattr(_control, "client_handshake", noted)
         opened = concurrent.futures.ThreadPoolExecutor(1).submit(
             _control.dedicated, buffer._handle, time.monotonic() + 10
         )
-        time.sleep(0.3)
+        assert refused.wait(10)  # closed at once, and tries again
         assert not opened.done()
     finally:
         for sock in idle:
             sock.close()
     with opened.result(timeout=10) as sock:
         _control.exchange(sock, buffer._handle, _wire.Op.PING, time.monotonic() + 5)
-    deadline = time.monotonic() + 5
-    while True:  # their threads notice the close and free their slots: new peers get in
+
+    def pinged() -> bool:
         try:
             with authenticated(buffer) as sock:
                 send(sock, buffer, _wire.Op.PING, b"")
-                assert recv_answer(sock)[0] == _wire.Status.OK
-            break
+                return recv_answer(sock)[0] == _wire.Status.OK
         except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+            return False
+
+    # their threads notice the close and free their slots: new peers get in
+    assert wait_for(pinged, 5)
     assert served(buffer) == b"still served"
 
 

@@ -22,6 +22,7 @@ from monarch_transport import (
     Settings,
     new_event_loop,
 )
+from monarch_transport.testing import until
 
 pytestmark = pytest.mark.anyio
 SECRET = b"s" * 32
@@ -122,12 +123,23 @@ async def test_send_threadsafe_keeps_order_with_the_loops_sends(backend):
                 assert from_threads > 0
 
 
+class Collected(list):
+    """A handler's events (``append`` is the handler); ``departed`` is set
+    by the first ``PeerLeft``."""
+
+    def __init__(self):
+        super().__init__()
+        self.departed = asyncio.Event()
+
+    def append(self, event):
+        super().append(event)
+        if isinstance(event, PeerLeft):
+            self.departed.set()
+
+
 async def until_departed(events):
     """Wait (on the loop) until a handler has collected a ``PeerLeft``."""
-    deadline = asyncio.get_running_loop().time() + 10
-    while not any(isinstance(e, PeerLeft) for e in events):
-        assert asyncio.get_running_loop().time() < deadline, events
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(events.departed.wait(), 10)
 
 
 def assert_handled(events, count, name):
@@ -140,7 +152,7 @@ def assert_handled(events, count, name):
 async def test_deliver_to_hands_every_event_to_a_handler(backend):
     transport, address = backend
     async with await transport.listen(address(), settings()) as inbox:
-        events = []
+        events = Collected()
         inbox.deliver_to(events.append)
         out = await transport.connect(inbox.address, settings(name="bob"))
         for n in range(30):
@@ -156,14 +168,15 @@ def test_deliver_to_before_the_loop_runs(backend, loop_kind):
     start serving: the actor runtime's procs do exactly that."""
     transport, address = backend
     loop = new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
-    events = []
+    events = Collected()
 
     async def start():
         inbox = await transport.listen(address(), settings())
         out = await transport.connect(inbox.address, settings(name="carol"))
         for n in range(3):
             await out.send([b"%d" % n])
-        await asyncio.sleep(0.2)  # let them arrive before there is a handler
+        # they arrive (wait in the listener's queue) before there is a handler
+        assert await until(lambda: len(inbox._queue._items) == 3)
         return inbox, out
 
     async def finish():
@@ -344,8 +357,10 @@ async def test_slow_consumer_slows_the_sender(backend):
                     sent += 1
 
             producer = asyncio.create_task(produce())
-            await asyncio.sleep(1.0)
-            assert sent < total, "the sender never waited for a consumer that does not read"
+            done, _ = await asyncio.wait([producer], timeout=1.0)  # it must not finish
+            assert not done and sent < total, (
+                "the sender never waited for a consumer that does not read"
+            )
             for _ in range(total):
                 assert len((await next_event(inbox, 20)).frames[0]) == len(chunk)
             await asyncio.wait_for(producer, 20)

@@ -4,6 +4,7 @@ abstract methods."""
 import asyncio
 
 from monarch_transport import Listener, ListenerClosed, Peer, Received
+from monarch_transport.testing import until
 
 
 class QueueListener(Listener):
@@ -33,7 +34,7 @@ def test_the_default_deliver_to_works_before_the_loop_runs():
         listener.deliver_to(handled.append)  # not running yet
 
         async def drain() -> None:
-            await asyncio.sleep(0.01)
+            assert await until(lambda: handled)  # the waiting event went to the handler
             await listener.aclose()
 
         loop.run_until_complete(drain())

@@ -11,9 +11,10 @@ import time
 import pytest
 
 from monarch_transport import Address, Received, Settings
-from monarch_transport._nng import NngTransport
+from monarch_transport._nng import NngListener, NngTransport
 from monarch_transport._socket import SocketTransport
 from monarch_transport._wire import Kind
+from monarch_transport.testing import until
 
 pytestmark = pytest.mark.anyio
 SECRET = b"u" * 32
@@ -38,6 +39,14 @@ async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
     except ConnectionError:
         pass
     return True
+
+
+def authenticating(inbox) -> int:
+    """How many connections ``inbox`` counts against ``max_unauthenticated``."""
+    if isinstance(inbox, NngListener):
+        gate = inbox._gate
+        return inbox._authenticating() + (gate.greeting if gate is not None else 0)
+    return inbox._unauthenticated
 
 
 async def raw(address: Address, greeting: bytes = b""):
@@ -80,7 +89,7 @@ async def test_unauthenticated_connections_are_capped(transport_cls):
     greeting = NNG_GREETING if nng else b""
     async with await transport.listen(Address.parse("tcp://127.0.0.1:0"), settings) as inbox:
         held = [await raw(inbox.address, greeting) for _ in range(4)]
-        await asyncio.sleep(0.3)  # let the listener see them all
+        assert await until(lambda: authenticating(inbox) == 4)  # the listener saw them all
         for reader, _ in held:
             assert not await closed_within(reader, 0.05)
         extra_reader, extra_writer = await raw(inbox.address, greeting)
@@ -88,7 +97,8 @@ async def test_unauthenticated_connections_are_capped(transport_cls):
         extra_writer.close()
         for _, writer in held:
             writer.close()
-        await asyncio.sleep(0.5)  # nng reports departures after a grace period
+        # their departures free their places (nng reports them after a grace period)
+        assert await until(lambda: authenticating(inbox) == 0)
         out = await transport.connect(inbox.address, Settings(secret=SECRET, name="honest"))
         await out.send([b"hello"])
         event = await asyncio.wait_for(inbox.receive(), 10)
@@ -207,11 +217,10 @@ async def test_a_port_probe_is_no_warning_but_garbage_is(caplog):
         reader2, writer2 = await raw(inbox.address, b"GET / HTTP/1.1\r\n\r\n")
         assert await closed_within(reader2, 1.0)
         writer2.close()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not any(
-            "closed before saying anything" in r.getMessage() for r in caplog.records
-        ):
-            await asyncio.sleep(0.01)
+        await until(
+            lambda: any("closed before saying anything" in r.getMessage() for r in caplog.records),
+            5,
+        )
     probes = [r for r in caplog.records if "closed before saying anything" in r.getMessage()]
     assert probes and all(r.levelno == logging.DEBUG for r in probes)
     assert any(

@@ -1,4 +1,5 @@
-"""Helpers for tests that play another local user against a running job.
+"""Helpers for tests: playing another local user against a running job, and
+waiting on the loop for a state nothing signals.
 
 An attacker on a shared machine is a process of another uid: it can connect
 to loopback ports and to world-reachable sockets, but cannot read the job
@@ -15,15 +16,17 @@ Examples:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from typing import Final
 
-__all__ = ["OTHER_UID", "other_user_unavailable", "run_as_other_user"]
+__all__ = ["OTHER_UID", "other_user_unavailable", "run_as_other_user", "until"]
 
 OTHER_UID: Final = 65534
 """The uid (and gid) the other user runs as: ``nobody``."""
@@ -101,3 +104,26 @@ def run_as_other_user(
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+async def until(condition: Callable[[], object], timeout: float = 10.0) -> bool:
+    """Wait on the running loop until ``condition()`` is true, looking every
+    few milliseconds, for at most ``timeout`` seconds: for an async test that
+    waits on a state nothing signals (a listener's count of connections).
+    Where an event exists, wait on it instead; a synchronous test has
+    ``monarch_actor.testing.wait_for``.
+
+    Args:
+        condition: what to wait for; called until it returns something true.
+        timeout: seconds to wait at most.
+
+    Returns:
+        Whether the condition came true (it is looked at once more at the deadline).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(0.01)  # the poll's pace; the condition is what is waited on
+    return bool(condition())

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from monarch_actor.testing import wait_for
 from monarch_admin.tui import AdminClient, AdminError, tui_app
 
 DOCS_IMG = Path(__file__).resolve().parents[3] / "docs" / "img"
@@ -745,13 +746,9 @@ def test_in_a_real_terminal_under_tmux(job: Job, tmp_path: Path) -> None:
         )
         return done.stdout
 
-    def wait_for(condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            if condition():
-                return
-            time.sleep(0.1)  # the poll's pace; the condition is what the test waits on
-        pytest.fail(f"timed out waiting for {what}; the terminal shows:\n{screen()}")
+    def shows(condition: Callable[[], bool], what: str) -> None:
+        if not wait_for(condition, WAIT):
+            pytest.fail(f"timed out waiting for {what}; the terminal shows:\n{screen()}")
 
     subprocess.run(
         [
@@ -770,13 +767,13 @@ def test_in_a_real_terminal_under_tmux(job: Job, tmp_path: Path) -> None:
         env={**os.environ, "TERM": "xterm-256color"},
     )
     try:
-        wait_for(lambda: "counter[0]" in screen() and "fragile[0]" in screen(), "the actors")
+        shows(lambda: "counter[0]" in screen() and "fragile[0]" in screen(), "the actors")
         assert "FAILED" in screen()
         subprocess.run([*tmux, "send-keys", "-t", "tui", "d"], check=True)
-        wait_for(lambda: "processes answered" in screen(), "the diagnostics")
+        shows(lambda: "processes answered" in screen(), "the diagnostics")
         assert "workers-1" in screen()
         subprocess.run([*tmux, "send-keys", "-t", "tui", "q"], check=True)
-        wait_for(status_file.exists, "monarch-tui to exit")
+        shows(status_file.exists, "monarch-tui to exit")
         assert status_file.read_text().strip() == "0"
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)

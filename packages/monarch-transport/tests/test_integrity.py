@@ -133,7 +133,9 @@ async def start_relay(upstream: Address, nng: bool, tamper) -> tuple[asyncio.Ser
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
-            await asyncio.sleep(1.5)
+            # until the listener hangs up on what it was sent (at most 1.5 s: an
+            # untouched stream it keeps open)
+            await asyncio.wait([backwards], timeout=1.5)
             up_w.close()
             backwards.cancel()
 

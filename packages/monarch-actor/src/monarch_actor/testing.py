@@ -14,7 +14,6 @@ Examples:
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +22,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 import monarch_actor
+
+from ._core.private import alive
 
 if TYPE_CHECKING:
     from monarch_actor import MeshFailure
@@ -51,19 +52,6 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> bool:
             return True
         time.sleep(POLL)  # the poll's pace; the condition is what is waited on
     return bool(condition())
-
-
-def alive(pid: int) -> bool:
-    """Whether a process with this pid exists (a zombie counts).
-
-    Args:
-        pid: the process id.
-    """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def gone(pids: Iterable[int], timeout: float = 15.0) -> list[int]:

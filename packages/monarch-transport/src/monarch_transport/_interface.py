@@ -165,7 +165,15 @@ class Listener(_Closing):
 
 
 class Sender(_Closing):
-    """An authenticated, ordered connection to one listener."""
+    """An authenticated, ordered connection to one listener.
+
+    A backend's sender calls ``super().__init__(address)``, marks the
+    connection gone with ``_lose(reason)`` when it breaks, and ends it in
+    ``_hang_up``; ``closed``, ``wait_closed`` and ``aclose`` are this class's.
+
+    Args:
+        address: the address of the listener it is connected to.
+    """
 
     address: Address
     """The address of the listener it is connected to."""

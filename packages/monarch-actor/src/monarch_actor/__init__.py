@@ -38,7 +38,6 @@ from ._api.mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, th
 from ._api.proc_control import shutdown_context
 from ._api.returns_future import returns_future
 from ._api.singletons import get_or_spawn_controller
-from ._api.telemetry import get_meter, span, traced
 from ._api.value_mesh import ValueMesh
 from ._boot import (
     run_worker_loop_forever,
@@ -51,6 +50,7 @@ from ._core.ids import ProcId, Uid
 from ._core.ports import Channel, Port, PortReceiver, RankedPortReceiver
 from ._procs.bootstrap import BootstrapCommand, default_bootstrap_cmd
 from ._supervision.faults import MeshFailure, unhandled_fault_hook
+from ._telemetry.spans import get_meter, span, traced
 
 Endpoint = ActorEndpoint
 """Monarch's name for ``ActorEndpoint``."""

@@ -36,7 +36,6 @@ from ._api.proc_control import (
     stop_local_actors,
 )
 from ._api.singletons import Singletons
-from ._api.telemetry import start_telemetry
 from ._core.config import log_forwarding
 from ._core.future import Future
 from ._core.process import (
@@ -50,11 +49,13 @@ from ._core.process import (
 from ._core.router import Runtime
 from ._core.wire import Kind, ready_header
 from ._procs.binding import apply_binding
+from ._procs.log_prefix import install_log_prefix
 from ._procs.logs import capture_output, flush_lines, set_forwarding, show_lines
 from ._procs.table import ProcTables
 from ._procs.worker import HostService
 from ._supervision.faults import before_fail_fast_exit
 from ._supervision.supervise import Supervision, start_heartbeats
+from ._telemetry.sdk import start_telemetry
 
 __all__ = [
     "proc_main",
@@ -80,7 +81,8 @@ def wire(runtime: Runtime) -> None:
     actors = runtime.provide(LocalActors(runtime, ActorHost))
     runtime.handle(Kind.CALL, actors.deliver)
     install_breakpoint_hook()  # breakpoint() in an actor: a session for `monarch debug`
-    start_telemetry(runtime)  # the log prefix; the OpenTelemetry SDK the settings ask for
+    install_log_prefix()  # [actor=...] before the log records of actors
+    start_telemetry(runtime)  # the OpenTelemetry SDK the settings ask for
     Introspection(runtime)
 
     def find_actor(key: str) -> ActorHost | None:

@@ -30,8 +30,6 @@ from ._api.context import (
     current_rank,
     current_size,
 )
-from ._api.debug_protocol import DebugClient, DebugConnectionError
-from ._api.debugger import DebugController, DebugSessionInfo, debug_controller
 from ._api.endpoint import ActorEndpoint, send
 from ._api.hosts import attach, attach_to_workers
 from ._api.mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
@@ -48,6 +46,8 @@ from ._core.errors import ActorError, MonarchError, SupervisionError
 from ._core.future import Future
 from ._core.ids import ProcId, Uid
 from ._core.ports import Channel, Port, PortReceiver, RankedPortReceiver
+from ._debugger.controller import DebugController, DebugSessionInfo, debug_controller
+from ._debugger.protocol import DebugClient, DebugConnectionError
 from ._procs.bootstrap import BootstrapCommand, default_bootstrap_cmd
 from ._supervision.faults import MeshFailure, unhandled_fault_hook
 from ._telemetry.spans import get_meter, span, traced

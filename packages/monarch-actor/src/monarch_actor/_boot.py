@@ -23,7 +23,6 @@ import monarch_config
 from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
 from ._api.actor_host import ActorHost
-from ._api.debugger import install_breakpoint_hook
 from ._api.hosts import TRUST_ALL, attached, configure_security, split_alias
 from ._api.introspection import Introspection
 from ._api.local_actors import LocalActors
@@ -48,6 +47,7 @@ from ._core.process import (
 )
 from ._core.router import Runtime
 from ._core.wire import Kind, ready_header
+from ._debugger.controller import install_breakpoint_hook
 from ._procs.binding import apply_binding
 from ._procs.log_prefix import install_log_prefix
 from ._procs.logs import capture_output, flush_lines, set_forwarding, show_lines

@@ -9,7 +9,7 @@ controller go on. Elsewhere (the script itself) ``breakpoint()`` does what it
 did before.
 
 The debug controller keeps the sessions by (actor name, rank) and serves them
-to one client at a time over TCP (``debug_protocol``): ``list``, ``attach``,
+to one client at a time over TCP (``protocol``): ``list``, ``attach``,
 ``cast``, ``continue``. Every client proves the job's secret and the server
 proves it back, loopback included, and every message after that is sealed;
 the controller leaves the secret for its own user's ``monarch debug`` in a
@@ -45,13 +45,14 @@ from typing import Any
 
 from monarch_transport import job_secret
 
+from .._api.actor import Actor, concurrent_endpoint
+from .._api.singletons import get_or_spawn_controller
 from .._core.config import debug_server_address
 from .._core.current import current
 from .._core.future import Future
 from .._core.private import PrivateFileError, publish_record, remove_record
 from .._core.process import get_runtime
-from .actor import Actor, concurrent_endpoint
-from .debug_commands import (
+from .commands import (
     HELP,
     Attach,
     Cast,
@@ -65,7 +66,7 @@ from .debug_commands import (
     selects,
     table,
 )
-from .debug_protocol import (
+from .protocol import (
     HANDSHAKE_WAIT,
     MAX_HANDSHAKE_LINE,
     NONCE_BYTES,
@@ -80,7 +81,6 @@ from .debug_protocol import (
     parse_nonce,
     server_proof,
 )
-from .singletons import get_or_spawn_controller
 
 __all__ = [
     "DebugController",
@@ -481,7 +481,7 @@ class DebugController(Actor):
             conn.close()
 
     async def _authenticate(self, conn: _Connection) -> tuple[bool, str]:
-        """Both sides prove the job's secret (``debug_protocol``); from here
+        """Both sides prove the job's secret (``protocol``); from here
         on, ``conn`` seals what it sends and checks what it receives.
 
         Returns:

@@ -364,7 +364,7 @@ def test_no_server_is_a_clear_error():
 
 
 def test_breakpoint_outside_actors_goes_to_the_hook_in_place_before(server):
-    from monarch_actor._debugger import controller as debugger
+    from monarch_actor._debugger import remote_pdb as debugger
 
     seen = []
     previous = debugger._previous_hook

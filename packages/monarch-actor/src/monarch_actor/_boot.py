@@ -47,7 +47,7 @@ from ._core.process import (
 )
 from ._core.router import Runtime
 from ._core.wire import Kind, ready_header
-from ._debugger.controller import install_breakpoint_hook
+from ._debugger.remote_pdb import install_breakpoint_hook
 from ._procs.binding import apply_binding
 from ._procs.log_prefix import install_log_prefix
 from ._procs.logs import capture_output, flush_lines, set_forwarding, show_lines

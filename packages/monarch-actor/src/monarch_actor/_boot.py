@@ -46,6 +46,7 @@ from ._core.process import (
     set_starter,
 )
 from ._core.router import Runtime
+from ._core.threads import run_in_thread
 from ._core.wire import Kind, ready_header
 from ._debugger.remote_pdb import install_breakpoint_hook
 from ._procs.binding import apply_binding
@@ -267,16 +268,13 @@ def start_worker_loop_forever(
         A ``Future`` that resolves when a controller shuts the host down, or
         fails with what stopped the worker from serving.
     """
-    done: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            run_worker_loop_until_shutdown(address=address, ca=ca, private_key=private_key)
-            done.set_result(None)
-        except BaseException as error:
-            done.set_exception(error)
-
-    threading.Thread(target=run, name="monarch-worker", daemon=True).start()
+    done = run_in_thread(
+        "monarch-worker",
+        run_worker_loop_until_shutdown,
+        address=address,
+        ca=ca,
+        private_key=private_key,
+    )
     return Future._of(done)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from opentelemetry import trace
 
 from monarch_actor import Actor, concurrent_endpoint, config, endpoint, get_meter, span, traced
-from monarch_actor._api.telemetry import tracing_active
+from monarch_actor._telemetry.spans import tracing_active
 
 EXPORTER: Any = None  # the proc's in-memory span exporter, once memory_tracing ran
 LINES: list[str] = []  # what the proc's own logging handler wrote

@@ -24,7 +24,7 @@ from monarch_actor import (
     this_host,
     this_proc,
 )
-from monarch_actor._api.debug_commands import CommandError, parse_command, parse_ranks, selects
+from monarch_actor._debugger.commands import CommandError, parse_command, parse_ranks, selects
 from monarch_transport import job_secret
 
 WAIT = 60  # seconds: the most any step here may take
@@ -364,7 +364,7 @@ def test_no_server_is_a_clear_error():
 
 
 def test_breakpoint_outside_actors_goes_to_the_hook_in_place_before(server):
-    from monarch_actor._api import debugger
+    from monarch_actor._debugger import remote_pdb as debugger
 
     seen = []
     previous = debugger._previous_hook

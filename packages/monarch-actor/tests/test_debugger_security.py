@@ -24,9 +24,9 @@ import pytest
 from debug_actors import Debugee
 
 from monarch_actor import DebugClient, DebugConnectionError, debug_controller
-from monarch_actor._api import debugger
-from monarch_actor._api.debug_protocol import NONCE_BYTES, PROTOCOL_VERSION, encode_message
 from monarch_actor._core.private import private_dir
+from monarch_actor._debugger import server as debugger
+from monarch_actor._debugger.protocol import NONCE_BYTES, PROTOCOL_VERSION, encode_message
 from monarch_transport import job_secret
 from monarch_transport.testing import other_user_unavailable, run_as_other_user
 

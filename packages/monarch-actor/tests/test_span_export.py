@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from otlp_receiver import GrpcReceiver, Receiver, spans_of
 
-from monarch_actor._api import otlp
-from monarch_actor._api.span_recorder import RecordedSpan, SharedAttributes, SpanRecorder
+from monarch_actor._telemetry import otlp
+from monarch_actor._telemetry.recorder import RecordedSpan, SharedAttributes, SpanRecorder
 
 RESOURCE = {"service.name": "monarch", "process.pid": 7}
 

@@ -30,15 +30,12 @@ from ._api.context import (
     current_rank,
     current_size,
 )
-from ._api.debug_protocol import DebugClient, DebugConnectionError
-from ._api.debugger import DebugController, DebugSessionInfo, debug_controller
 from ._api.endpoint import ActorEndpoint, send
 from ._api.hosts import attach, attach_to_workers
 from ._api.mesh import ActorMesh, HostMesh, ProcMesh, as_endpoint, this_host, this_proc
 from ._api.proc_control import shutdown_context
 from ._api.returns_future import returns_future
 from ._api.singletons import get_or_spawn_controller
-from ._api.telemetry import get_meter, span, traced
 from ._api.value_mesh import ValueMesh
 from ._boot import (
     run_worker_loop_forever,
@@ -49,8 +46,11 @@ from ._core.errors import ActorError, MonarchError, SupervisionError
 from ._core.future import Future
 from ._core.ids import ProcId, Uid
 from ._core.ports import Channel, Port, PortReceiver, RankedPortReceiver
+from ._debugger.controller import DebugController, DebugSessionInfo, debug_controller
+from ._debugger.protocol import DebugClient, DebugConnectionError
 from ._procs.bootstrap import BootstrapCommand, default_bootstrap_cmd
 from ._supervision.faults import MeshFailure, unhandled_fault_hook
+from ._telemetry.spans import get_meter, span, traced
 
 Endpoint = ActorEndpoint
 """Monarch's name for ``ActorEndpoint``."""

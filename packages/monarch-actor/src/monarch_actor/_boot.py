@@ -23,7 +23,6 @@ import monarch_config
 from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
 from ._api.actor_host import ActorHost, setup_failure
-from ._api.debugger import install_breakpoint_hook
 from ._api.hosts import TRUST_ALL, attached, configure_security, split_alias
 from ._api.introspection import Introspection
 from ._api.local_actors import LocalActors
@@ -36,7 +35,6 @@ from ._api.proc_control import (
     stop_local_actors,
 )
 from ._api.singletons import Singletons
-from ._api.telemetry import start_telemetry
 from ._core.config import log_forwarding
 from ._core.future import Future
 from ._core.process import (
@@ -48,13 +46,17 @@ from ._core.process import (
     set_starter,
 )
 from ._core.router import Runtime
+from ._core.threads import run_in_thread
 from ._core.wire import Kind, ready_header
+from ._debugger.remote_pdb import install_breakpoint_hook
 from ._procs.binding import apply_binding
+from ._procs.log_prefix import install_log_prefix
 from ._procs.logs import capture_output, flush_lines, set_forwarding, show_lines
 from ._procs.table import ProcTables
 from ._procs.worker import HostService
 from ._supervision.faults import before_fail_fast_exit
 from ._supervision.supervise import Supervision, start_heartbeats
+from ._telemetry.sdk import start_telemetry
 
 __all__ = [
     "proc_main",
@@ -80,7 +82,8 @@ def wire(runtime: Runtime) -> None:
     actors = runtime.provide(LocalActors(runtime, ActorHost))
     runtime.handle(Kind.CALL, actors.deliver)
     install_breakpoint_hook()  # breakpoint() in an actor: a session for `monarch debug`
-    start_telemetry(runtime)  # the log prefix; the OpenTelemetry SDK the settings ask for
+    install_log_prefix()  # [actor=...] before the log records of actors
+    start_telemetry(runtime)  # the OpenTelemetry SDK the settings ask for
     Introspection(runtime)
 
     def find_actor(key: str) -> ActorHost | None:
@@ -265,16 +268,13 @@ def start_worker_loop_forever(
         A ``Future`` that resolves when a controller shuts the host down, or
         fails with what stopped the worker from serving.
     """
-    done: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            run_worker_loop_until_shutdown(address=address, ca=ca, private_key=private_key)
-            done.set_result(None)
-        except BaseException as error:
-            done.set_exception(error)
-
-    threading.Thread(target=run, name="monarch-worker", daemon=True).start()
+    done = run_in_thread(
+        "monarch-worker",
+        run_worker_loop_until_shutdown,
+        address=address,
+        ca=ca,
+        private_key=private_key,
+    )
     return Future._of(done)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from .telemetry import instrumented
+from .._telemetry.spans import instrumented
 
 __all__ = [
     "Actor",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from monarch_mesh import Extent, Point
 
@@ -11,10 +11,8 @@ from .._core.process import get_runtime
 from .creator import CreatorInstance
 from .mesh import ProcMesh, this_proc
 
-if TYPE_CHECKING:
-    from .actor_host import ActorHost
-
 __all__ = [
+    "ActorRunner",
     "Context",
     "Instance",
     "context",
@@ -24,6 +22,19 @@ __all__ = [
 ]
 
 EMPTY_POINT = Point(0, Extent([], []))
+
+
+class ActorRunner(Protocol):
+    """What an ``Instance`` needs of what runs its actor (``actor_host.ActorHost``,
+    which imports this module: named here by its shape only)."""
+
+    key: str  # the key of the actor's mesh
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the actor after the current message, without a failure."""
+
+    def request_abort(self, reason: str) -> None:
+        """Stop the actor after the current message, with a failure."""
 
 
 class Instance:
@@ -58,7 +69,7 @@ class Instance:
         proc_mesh: ProcMesh | None,
         actor_id: str,
         creator: CreatorInstance | None,
-        host: ActorHost | None = None,
+        host: ActorRunner | None = None,
     ) -> None:
         self.name = name
         self.class_name = class_name

@@ -28,6 +28,7 @@ from .._core.future import Future
 from .._core.private import read_private
 from .._core.process import get_runtime, maybe_runtime
 from .._core.router import Runtime
+from .._core.threads import run_in_thread
 from .._procs.remote import RemoteAgent, RemoteAgents
 from .mesh import HostMesh
 from .proc_control import on_worker_exit, remote_agents
@@ -315,17 +316,14 @@ def attach_to_workers(
     on_exit = on_worker_exit(runtime)
     agents: list[concurrent.futures.Future[RemoteAgent]] = []
     for worker in workers:
-        found: concurrent.futures.Future[RemoteAgent] = concurrent.futures.Future()
-        agents.append(found)
         if isinstance(worker, str):
+            found: concurrent.futures.Future[RemoteAgent] = concurrent.futures.Future()
             _attach(runtime, registry, split_alias(worker, tls)[0], on_exit, found)
         else:
-            threading.Thread(
-                target=_attach_later,
-                args=(runtime, registry, worker, tls, on_exit, found),
-                daemon=True,
-                name="monarch-attach",
-            ).start()
+            found = run_in_thread(
+                "monarch-attach", _attach_later, runtime, registry, worker, tls, on_exit
+            )
+        agents.append(found)
     shape = Shape(["hosts"], Slice.new_row_major([len(workers)]))
     return HostMesh(shape, [found.result for found in agents], name=name or "hosts", owned=True)
 
@@ -336,14 +334,8 @@ def _attach_later(
     worker: Future[str],
     tls: bool,
     on_exit: Any,
-    found: concurrent.futures.Future[RemoteAgent],
-) -> None:
-    try:
-        address = split_alias(worker.get(), tls)[0]
-    except BaseException as error:
-        found.set_exception(error)
-        return
-    _attach(runtime, registry, address, on_exit, found)
+) -> RemoteAgent:
+    return _connect(runtime, registry, split_alias(worker.get(), tls)[0], on_exit)
 
 
 def _attach(
@@ -354,10 +346,15 @@ def _attach(
     found: concurrent.futures.Future[RemoteAgent],
 ) -> None:
     try:
-        reachable_from(runtime, Address.parse(address))
-        found.set_result(runtime.run_sync(registry.attach, address, on_exit))
+        found.set_result(_connect(runtime, registry, address, on_exit))
     except BaseException as error:
         found.set_exception(error)
+
+
+def _connect(runtime: Runtime, registry: RemoteAgents, address: str, on_exit: Any) -> RemoteAgent:
+    reachable_from(runtime, Address.parse(address))
+    agent: RemoteAgent = runtime.run_sync(registry.attach, address, on_exit)
+    return agent
 
 
 _listening = threading.Lock()

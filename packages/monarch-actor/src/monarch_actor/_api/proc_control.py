@@ -24,6 +24,7 @@ from .._core.lifecycle import ProcExited, emit
 from .._core.process import get_runtime, maybe_runtime
 from .._core.progress import progress, shows_progress
 from .._core.router import Frames, Runtime
+from .._core.threads import run_in_thread
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
 from .._procs.bootstrap import BootstrapCommand
@@ -451,13 +452,7 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     if maybe_runtime() is None or not _shutdown_claimed.acquire(blocking=False):
         done.set_result(None)
         return Future._of(done)
-
-    def run() -> None:
-        stop_everything(timeout)
-        done.set_result(None)
-
-    threading.Thread(target=run, daemon=True, name="monarch-shutdown").start()
-    return Future._of(done)
+    return Future._of(run_in_thread("monarch-shutdown", stop_everything, timeout))
 
 
 def _stopping_unstarted(runtime: Runtime, table: ProcTable, reason: str) -> None:

@@ -14,7 +14,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from monarch_supervision import (
     ROOT,
@@ -33,10 +33,8 @@ from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
 from .._procs.table import ProcTable, ProcTables
 from .faults import report_to_root
+from .handles import OwnedActors, OwnedProcs
 from .wording import PROC_MESH_STOPPED, actor_failed, actor_stopped
-
-if TYPE_CHECKING:
-    from .._api.mesh import ActorMesh, ProcMesh
 
 __all__ = ["OwnedMesh", "Supervised", "Supervision", "actor_name", "current_owner"]
 
@@ -50,7 +48,7 @@ class OwnedMesh:
 
     key: str
     owner: str
-    handle: ActorMesh[Any] | ProcMesh
+    handle: OwnedActors | OwnedProcs
     table: ProcTable
     positions: dict[int, int]  # process rank in the table -> rank in this mesh
     kind: str  # "actor" or "proc"
@@ -131,14 +129,14 @@ class Supervision:
 
     # -- ownership ------------------------------------------------------------------------
 
-    def adopt(self, handle: ActorMesh[Any] | ProcMesh, kind: str) -> str:
+    def adopt(self, handle: OwnedActors | OwnedProcs, kind: str) -> str:
         """Record a mesh spawned by the calling code; returns its owner."""
         owner = current_owner()
         if kind == "actor":
             mesh: Any = handle
             key, procs = mesh._key, mesh._procs
         else:
-            key, procs = handle._table.id, handle
+            key, procs = cast(OwnedProcs, handle)._table.id, handle
         positions = {rank: i for i, rank in enumerate(procs._shape.ndslice)}
         self.tree.adopt(key, owner, len(positions))
         self.owned[key] = OwnedMesh(key, owner, handle, procs._table, positions, kind)

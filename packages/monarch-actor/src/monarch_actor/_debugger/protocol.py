@@ -50,10 +50,10 @@ from typing import Any
 
 from monarch_transport import SECRET_ENV
 
+from .._api.hosts import SECRET_FILE_ENV
 from .._core.config import debug_server_address
 from .._core.errors import MonarchError
 from .._core.private import PrivateFileError, private_dir, read_private, read_records
-from .hosts import SECRET_FILE_ENV
 
 __all__ = [
     "HANDSHAKE_WAIT",
@@ -344,7 +344,7 @@ class DebugClient:
     drive the debugger with it directly. Each ``send`` returns what the
     server printed up to its next prompt. Both ends prove the job's secret
     before anything else, and every message after that is sealed against
-    tampering (``debug_protocol``).
+    tampering (``protocol``).
 
     Args:
         host: where the debug server listens; default the setting

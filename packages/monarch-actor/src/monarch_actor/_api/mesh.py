@@ -24,6 +24,7 @@ from .._core.gather import Gather
 from .._core.ports import Port
 from .._core.process import get_runtime
 from .._core.router import Frames
+from .._core.threads import run_in_thread
 from .._core.wire import Key, Kind, Op
 from .._procs.agent import HostAgent
 from .._procs.binding import check_binding
@@ -283,14 +284,10 @@ class HostMesh(MeshOps):
         meshes, self._spawned[:] = list(self._spawned), []
 
         def run() -> None:
-            try:
-                for mesh in meshes:
-                    mesh.stop("the host mesh was stopped").get()
-                done.set_result(None)
-            except BaseException as error:
-                done.set_exception(error)
+            for mesh in meshes:
+                mesh.stop("the host mesh was stopped").get()
 
-        threading.Thread(target=run, daemon=True, name="monarch-host-stop").start()
+        _chain(run_in_thread("monarch-host-stop", run), done)
 
     def shutdown(self) -> Future[None]:
         """Stop every process this script started on these hosts; workers on
@@ -324,20 +321,16 @@ class HostMesh(MeshOps):
         self._stop_spawned(stopped)
 
         def run() -> None:
-            try:
-                stopped.result()
-                _stop_meshes_on(hosts, "the host mesh was shut down")
-                for agent in hosts:
-                    if isinstance(agent, RemoteAgent):
-                        agent.shutdown()
-                for agent in hosts:
-                    if isinstance(agent, RemoteAgent):
-                        agent.down.result(SHUTDOWN_TIMEOUT)
-                done.set_result(None)
-            except BaseException as error:
-                done.set_exception(error)
+            stopped.result()
+            _stop_meshes_on(hosts, "the host mesh was shut down")
+            for agent in hosts:
+                if isinstance(agent, RemoteAgent):
+                    agent.shutdown()
+            for agent in hosts:
+                if isinstance(agent, RemoteAgent):
+                    agent.down.result(SHUTDOWN_TIMEOUT)
 
-        threading.Thread(target=run, daemon=True, name="monarch-host-shutdown").start()
+        _chain(run_in_thread("monarch-host-shutdown", run), done)
 
     @property
     def initialized(self) -> Future[bool]:
@@ -347,19 +340,14 @@ class HostMesh(MeshOps):
             RuntimeError: the mesh was shut down.
         """
         self._check_up()
-        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
 
-        def run() -> None:
-            try:
-                for agent in self._hosts():
-                    if isinstance(agent, RemoteAgent):
-                        agent.ready.result()
-                done.set_result(True)
-            except BaseException as error:
-                done.set_exception(error)
+        def run() -> bool:
+            for agent in self._hosts():
+                if isinstance(agent, RemoteAgent):
+                    agent.ready.result()
+            return True
 
-        threading.Thread(target=run, daemon=True, name="monarch-host-init").start()
-        return Future._of(done)
+        return Future._of(run_in_thread("monarch-host-init", run))
 
     async def __aenter__(self) -> HostMesh:
         self._check_up()
@@ -441,7 +429,10 @@ class _Deferred(concurrent.futures.Future[Any]):
         super().add_done_callback(fn)
 
 
-def _chain(source: Future[None], done: concurrent.futures.Future[None]) -> None:
+def _chain(
+    source: Future[None] | concurrent.futures.Future[None], done: concurrent.futures.Future[None]
+) -> None:
+    """Settle ``done`` as ``source`` settles."""
     def settle(_: object) -> None:
         error = source.exception()
         if error is not None:

@@ -166,6 +166,14 @@ def test_bad_commands_are_refused_before_anything_starts(in_tmp, command, error,
         serve(command, scheduler="local_cwd")
 
 
+def test_only_torchruns_own_nnodes_counts(in_tmp):
+    # --nnodes after the script is the script's argument, not torchrun's
+    with pytest.raises(Unsupported, match="internal to Meta"):
+        serve(["torchrun", "--nnodes=1:1", "train.py", "--nnodes=4"], scheduler="mast_conda")
+    with pytest.raises(ValueError, match="one host only"):
+        serve(["python", "-m", "torch.distributed.run", "--nnodes", "3", "t.py"])
+
+
 def test_bad_appdefs_and_schedulers(in_tmp):
     role = Role(name="a", image="", entrypoint="torchrun", args=["t.py"])
     with pytest.raises(ValueError, match="no roles"):

@@ -159,9 +159,14 @@ def _parse_command(command: Sequence[str]) -> tuple[list[str], int]:
 
 
 def _check_single_node(command: Sequence[str]) -> None:
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    p.add_argument("--nnodes")
-    found, _ = p.parse_known_args(list(command))
+    head = command[0]
+    if head in _TORCHRUN:
+        rest = list(command[1:])
+    elif len(command) >= 3 and _is_python(head) and command[1] == "-m" and command[2] in _TORCHRUN:
+        rest = list(command[3:])
+    else:
+        return  # a plain script: one process
+    found, _ = _torchrun_options().parse_known_args(rest)  # torchrun's own --nnodes only
     if found.nnodes is not None and found.nnodes.strip() not in ("1", "1:1"):
         raise ValueError(
             f"serve() runs a torchrun command on one host only; got --nnodes={found.nnodes}. "

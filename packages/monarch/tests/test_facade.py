@@ -26,6 +26,12 @@ def test_monarch_job_and_spmd_expose_monarchs_names():
     assert monarch.actor.hosts_from_config is monarch.job.hosts_from_config
     for name in ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async"]:
         assert hasattr(monarch.spmd, name), name
+    import monarch.job.spmd
+    import monarch_launcher.spmd
+
+    assert sorted(monarch.job.spmd.__all__) == ["SPMDJob", "StoreJob", "serve"]
+    for name in monarch.job.spmd.__all__:
+        assert getattr(monarch.job.spmd, name) is getattr(monarch_launcher.spmd, name)
 
 
 def test_every_core_and_common_name_is_exported():

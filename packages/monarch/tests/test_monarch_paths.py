@@ -11,6 +11,7 @@ import monarch.actor
 import monarch.config
 import monarch.job
 import monarch.job.kubernetes
+import monarch.job.spmd
 
 # (internal module, name, public module): each import as Monarch's examples and tests write it
 PATHS = [
@@ -28,6 +29,9 @@ PATHS = [
     ("monarch._src.job.kubernetes", "KubernetesJob", monarch.job.kubernetes),
     ("monarch._src.job.kubernetes", "ImageSpec", monarch.job.kubernetes),
     ("monarch._src.job.kubernetes", "KubeConfig", monarch.job.kubernetes),
+    ("monarch._src.job.spmd", "SPMDJob", monarch.job.spmd),
+    ("monarch._src.job.spmd", "StoreJob", monarch.job.spmd),
+    ("monarch._src.job.spmd", "serve", monarch.job.spmd),
     ("monarch._src.actor.host_mesh", "this_host", monarch.actor),
     ("monarch._src.actor.host_mesh", "this_proc", monarch.actor),
     ("monarch._src.actor.host_mesh", "HostMesh", monarch.actor),
@@ -79,7 +83,13 @@ def test_monarch_internal_path_gives_the_public_object(module, name, public) -> 
 def test_every_shim_reexports_only_public_objects() -> None:
     publics = {
         id(getattr(m, n))
-        for m in (monarch.actor, monarch.job, monarch.job.kubernetes, monarch.config)
+        for m in (
+            monarch.actor,
+            monarch.job,
+            monarch.job.kubernetes,
+            monarch.job.spmd,
+            monarch.config,
+        )
         for n in m.__all__
     }
     publics |= {

@@ -14,13 +14,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._backend import OwnerOp, RdmaBackend
 from ._wire import Op
 
 if TYPE_CHECKING:
-    from ._config import RdmaConfig
     from ._handle import Handle
     from ._regions import Region
 
@@ -38,7 +37,22 @@ __all__ = [
 _CORE_OPS = frozenset(v for k, v in vars(Op).items() if not k.startswith("_"))
 
 
-def _never_disabled(config: RdmaConfig) -> str | None:
+class Switches(Protocol):
+    """The settings that can keep a backend out of automatic selection, as a
+    backend's ``disabled`` check reads them (``RdmaConfig`` has them: the
+    registry sits below the settings, so it names only this shape)."""
+
+    @property
+    def disable_cma(self) -> bool: ...
+
+    @property
+    def disable_ibverbs(self) -> bool: ...
+
+    @property
+    def allow_tcp_fallback(self) -> bool: ...
+
+
+def _never_disabled(config: Switches) -> str | None:
     return None
 
 
@@ -57,7 +71,7 @@ class Registration:
     advertise: Callable[[], Mapping[str, Any]] | None = None
     """Called once in an owner, at its first registration: what its
     ``OwnerInfo.features`` carry for this backend's readers."""
-    disabled: Callable[[RdmaConfig], str | None] = _never_disabled
+    disabled: Callable[[Switches], str | None] = _never_disabled
     """Why the settings keep this backend out of automatic selection (None: they do not)."""
     selection_warning: Callable[[Handle], Warning | None] | None = None
     """A warning to emit when automatic selection picks this backend for a handle."""

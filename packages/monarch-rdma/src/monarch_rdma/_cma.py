@@ -64,7 +64,7 @@ import monarch_rdma._parallel as _parallel
 import monarch_rdma._ptrace as _ptrace
 
 from ._backend import OwnerRequest, PairRefused, Transfer
-from ._config import RdmaConfig, get_config
+from ._config import get_config
 from ._errors import (
     RDMABufferDropped,
     RDMAOwnerGone,
@@ -555,7 +555,7 @@ def _pull(pid: int, local: int, remote: int, nbytes: int) -> None:
 LEASES = "cma leases"
 
 
-def _disabled(config: RdmaConfig) -> str | None:
+def _disabled(config: _backends.Switches) -> str | None:
     return "cross-memory attach is disabled (disable_cma=True)" if config.disable_cma else None
 
 

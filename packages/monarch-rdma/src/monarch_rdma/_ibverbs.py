@@ -47,7 +47,7 @@ import monarch_rdma._backends as _backends
 import monarch_rdma._control as _control
 
 from ._backend import ConnectionResources, OwnerRequest, Transfer
-from ._config import RdmaConfig, get_config
+from ._config import get_config
 from ._errors import (
     RDMABackendUnavailable,
     RDMABufferDropped,
@@ -545,7 +545,7 @@ class IbverbsBackend:
                 time.sleep(0)
 
 
-def _disabled(config: RdmaConfig) -> str | None:
+def _disabled(config: _backends.Switches) -> str | None:
     return "ibverbs is disabled (disable_ibverbs=True)" if config.disable_ibverbs else None
 
 

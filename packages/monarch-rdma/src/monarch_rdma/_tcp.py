@@ -28,7 +28,7 @@ import monarch_rdma._control as _control
 import monarch_rdma._parallel as _parallel
 
 from ._backend import OwnerRequest, Transfer
-from ._config import RdmaConfig, get_config
+from ._config import get_config
 from ._cuda_memory import from_host, staged, to_host
 from ._errors import RDMATcpFallbackWarning
 from ._handle import Handle
@@ -191,7 +191,7 @@ def _serve_write(chan: Channel, request: OwnerRequest) -> None:
 # -- registration ---------------------------------------------------------------------------
 
 
-def _disabled(config: RdmaConfig) -> str | None:
+def _disabled(config: _backends.Switches) -> str | None:
     if config.allow_tcp_fallback:
         return None
     return "the TCP fallback is disabled (allow_tcp_fallback=False)"

@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
@@ -249,101 +249,104 @@ class ActorHost:
             args = (reply, *args)
         ctx = Context(self.me, header=header)  # type: ignore[arg-type]
         if ep.is_async:
-            return self._call_async(header, ep, ctx, args, kwargs, keep)
+            tracked = (
+                keep is None
+                and not ep.explicit_response_port
+                and header.get(Key.REPLY_TO) is not None
+            )
+            if tracked:
+                self.open_calls[id(header)] = header
+            body = self._await_call(header, ep, ctx, args, kwargs, keep, tracked)
+            return self._call_async(body, ep.concurrent)
         token = set_current(ctx)
-        stats = self.stats
-        started = stats.begin(ep.name)
-        failed = False
+        started = self.stats.begin(ep.name)
         try:
             result = ep.method(self.instance, *args, **kwargs)
-        except Exception as error:
-            failed = True
-            if keep is not None:  # the error stays with the results, as their values would
-                _kept(keep, error)
-            else:
-                self._raised(header, ep, error)
-        except BaseException as error:  # a panic: the actor cannot go on
-            failed = True
-            self._fail(
-                _aborted(self.name, ep.name, error),
-                error,
-            )
-            self._answer(
-                header, SupervisionError(self._down_text(header, self.failure or "")), True
-            )
+        except BaseException as error:
+            self._settle(header, ep, keep, False, token, started, None, error)
         else:
-            if keep is not None:
-                _kept(keep, result)
-            elif not ep.explicit_response_port:
-                self._answer(header, result)
-        finally:
-            reset_current(token)
-            stats.end(ep.name, started, failed)
+            self._settle(header, ep, keep, False, token, started, result, None)
         return self._after_message()
 
-    async def _call_async(
+    async def _call_async(self, body: Coroutine[Any, Any, None], concurrent: bool) -> Any:
+        """Run an async endpoint's ``body`` on the actor's loop: to its end, or
+        as a task of its own when the endpoint is concurrent."""
+        if concurrent:
+            task = asyncio.get_running_loop().create_task(body)
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            await asyncio.sleep(0)  # the body starts before the next message is taken
+        else:
+            await body
+        return self._after_message()
+
+    async def _await_call(
         self,
         header: dict[str, Any],
         ep: EndpointProperty[..., Any],
         ctx: Context,
         args: Any,
         kwargs: Any,
-        keep: Any = None,
-    ) -> Any:
-        tracked = (
-            keep is None and not ep.explicit_response_port and header.get(Key.REPLY_TO) is not None
-        )
-        if tracked:
-            self.open_calls[id(header)] = header
+        keep: Any,
+        tracked: bool,
+    ) -> None:
+        """The body of an async endpoint call, awaited on the actor's loop."""
+        token = set_current(ctx)
+        started = self.stats.begin(ep.name)
+        try:
+            result = await ep.method(self.instance, *args, **kwargs)
+        except BaseException as error:
+            self._settle(header, ep, keep, tracked, token, started, None, error)
+        else:
+            self._settle(header, ep, keep, tracked, token, started, result, None)
 
-        def still_open() -> bool:
-            """False once the call was answered with the actor's failure."""
-            return not tracked or self.open_calls.pop(id(header), None) is not None
-
-        async def run() -> None:
-            token = set_current(ctx)
-            stats = self.stats
-            started = stats.begin(ep.name)
-            failed = True  # until the body returns
-            try:
-                result = await ep.method(self.instance, *args, **kwargs)
-                failed = False
-            except Exception as error:
+    def _settle(
+        self,
+        header: dict[str, Any],
+        ep: EndpointProperty[..., Any],
+        keep: Any,
+        tracked: bool,
+        token: contextvars.Token[Any],
+        started: float,
+        result: Any,
+        error: BaseException | None,
+    ) -> None:
+        """What follows the body of an endpoint call, sync or async: its result
+        or ``error`` (``None`` when it returned) goes to the ``keep`` extension,
+        or answers the caller (a call still ``tracked`` in ``open_calls`` is
+        answered only if the actor's failure did not answer it already); a
+        ``BaseException`` fails the actor. Then the call's context is reset and
+        its stats end."""
+        try:
+            if error is None:
                 if keep is not None:
+                    _kept(keep, result)
+                elif not ep.explicit_response_port and (not tracked or self._untrack(header)):
+                    self._answer(header, result)
+            elif isinstance(error, Exception):
+                if keep is not None:  # the error stays with the results, as their values would
                     _kept(keep, error)
-                elif still_open():
+                elif not tracked or self._untrack(header):
                     self._raised(header, ep, error)
-            except asyncio.CancelledError:
-                if still_open():
+            elif ep.is_async and isinstance(error, asyncio.CancelledError):
+                if not tracked or self._untrack(header):
                     message = call_failed(self.name, ep.name, "the call was cancelled")
                     self._answer(header, SupervisionError(message), True)
-            except BaseException as error:  # a panic: the actor cannot go on
-                answer = still_open()
-                self._fail(
-                    _aborted(self.name, ep.name, error),
-                    error,
-                )
+            else:  # a panic: the actor cannot go on
+                answer = not tracked or self._untrack(header)
+                self._fail(_aborted(self.name, ep.name, error), error)
                 if answer:
                     self._answer(
                         header, SupervisionError(self._down_text(header, self.failure or "")), True
                     )
-            else:
-                if keep is not None:
-                    _kept(keep, result)
-                elif not ep.explicit_response_port and still_open():
-                    self._answer(header, result)
-            finally:
-                reset_current(token)
-                stats.end(ep.name, started, failed)
+        finally:
+            reset_current(token)
+            self.stats.end(ep.name, started, error is not None)
 
-        if ep.concurrent:
-            task = asyncio.get_running_loop().create_task(run())
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-            await asyncio.sleep(0)  # the body starts before the next message is taken
-        else:
-            await run()
-        return self._after_message()
+    def _untrack(self, header: dict[str, Any]) -> bool:
+        """Take a tracked call out of ``open_calls``: False if it was answered
+        with the actor's failure already."""
+        return self.open_calls.pop(id(header), None) is not None
 
     def _after_message(self) -> Any:
         if self.requested is None:

@@ -295,9 +295,15 @@ def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, 
         )
     try:
         data = frames[1]
+        if count == 2 and type(data) is memoryview and data.nbytes <= _COPIED_PICKLE_SIZE:
+            data = data.tobytes()  # a received frame: a small copy buys the fast path
+        payload = _NOT_LOADED
         if count == 2 and type(data) is not memoryview and _STACK_GLOBAL not in data:
-            payload = pickle.loads(data)  # nothing to import: the fastest path
-        else:
+            try:
+                payload = pickle.loads(data)  # nothing to import: the fastest path
+            except Exception:  # say, a persistent id: the unpickler of messages tells
+                payload = _NOT_LOADED
+        if payload is _NOT_LOADED:
             payload = _Unpickler(io.BytesIO(data), buffers=frames[2:]).load()
     except DecodeError:  # a rebuild's own words (a CUDA tensor where there is no CUDA)
         raise
@@ -685,6 +691,10 @@ def _dtype_name(dtype: Any) -> str:
 # import an unpickler makes holds this lock. A module already imported needs no lock.
 _import_lock = threading.RLock()
 _STACK_GLOBAL: Final = pickle.STACK_GLOBAL  # the opcode that imports (protocol 4 and up)
+# A received pickle frame this small is copied to bytes to be unpickled by
+# pickle.loads, without an unpickler object and a file around it.
+_COPIED_PICKLE_SIZE: Final = 4096
+_NOT_LOADED: Final = object()  # no payload yet (None is a payload)
 _subimport = cloudpickle.cloudpickle.subimport
 
 

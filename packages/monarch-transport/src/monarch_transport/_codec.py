@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_INLINE_THRESHOLD",
     "decode",
     "decode_header",
+    "decode_payload",
     "encode",
     "encode_header",
     "frames_size",
@@ -287,7 +288,30 @@ def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, 
             import). No other exception is raised.
     """
     header = decode_header(frames)
-    count = len(frames)
+    return header, decode_payload(frames)
+
+
+def decode_payload(frames: Sequence[bytes | bytearray | memoryview]) -> object:
+    """The payload of a message whose header was read already (``decode_header``):
+    ``decode(frames)[1]`` without reading the header a second time.
+
+    Unpickling runs code chosen by the sender: decode only frames from
+    authenticated peers.
+
+    Raises:
+        DecodeError: the frames hold no pickle frame, or the payload cannot be
+            unpickled here. No other exception is raised.
+
+    Examples:
+        >>> decode_payload(encode([1, 2], {"seq": 7}))
+        [1, 2]
+    """
+    try:
+        count = len(frames)
+    except TypeError:
+        raise DecodeError(
+            f"frames must be a sequence of bytes-like objects, got {type(frames).__name__}"
+        ) from None
     if count < 2:
         raise DecodeError(
             "the message has a header frame but no pickle frame; a message is a header "
@@ -312,7 +336,7 @@ def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, 
             f"cannot unpickle the payload ({_describe(error)}); the frames are "
             "corrupt or incomplete, or the payload needs a module this process cannot import"
         ) from error
-    return header, payload
+    return payload
 
 
 def frames_size(frames: Iterable[bytes | bytearray | memoryview]) -> int:

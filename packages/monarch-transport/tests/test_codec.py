@@ -35,6 +35,7 @@ from monarch_transport._codec import (
     DEFAULT_INLINE_THRESHOLD,
     decode,
     decode_header,
+    decode_payload,
     encode,
     frames_size,
 )
@@ -816,3 +817,20 @@ def test_code_from_a_module_no_receiver_can_import_travels_by_value(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["6", "Box"]
+
+
+@pytest.mark.parametrize("payload", [None, 0, [1, "two"], {"x": b"y"}, ValueError("boom")])
+def test_decode_payload_is_decode_without_the_header(payload: object) -> None:
+    frames = encode(payload, {"seq": 7})
+    received = [memoryview(bytearray(frame)) for frame in frames]  # as a listener hands them
+    for sent in (frames, received):
+        expected = decode(sent)[1]
+        got = decode_payload(sent)
+        assert type(got) is type(expected)
+        assert repr(got) == repr(expected)
+
+
+def test_decode_payload_refuses_what_is_not_a_message() -> None:
+    for frames in ([], [b"\x01"], 5):
+        with pytest.raises(DecodeError):
+            decode_payload(frames)  # type: ignore[arg-type]

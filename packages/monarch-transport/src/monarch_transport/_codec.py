@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_INLINE_THRESHOLD",
     "decode",
     "decode_header",
+    "decode_payload",
     "encode",
     "encode_header",
     "frames_size",
@@ -287,7 +288,30 @@ def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, 
             import). No other exception is raised.
     """
     header = decode_header(frames)
-    count = len(frames)
+    return header, decode_payload(frames)
+
+
+def decode_payload(frames: Sequence[bytes | bytearray | memoryview]) -> object:
+    """The payload of a message whose header was read already (``decode_header``):
+    ``decode(frames)[1]`` without reading the header a second time.
+
+    Unpickling runs code chosen by the sender: decode only frames from
+    authenticated peers.
+
+    Raises:
+        DecodeError: the frames hold no pickle frame, or the payload cannot be
+            unpickled here. No other exception is raised.
+
+    Examples:
+        >>> decode_payload(encode([1, 2], {"seq": 7}))
+        [1, 2]
+    """
+    try:
+        count = len(frames)
+    except TypeError:
+        raise DecodeError(
+            f"frames must be a sequence of bytes-like objects, got {type(frames).__name__}"
+        ) from None
     if count < 2:
         raise DecodeError(
             "the message has a header frame but no pickle frame; a message is a header "
@@ -295,9 +319,15 @@ def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, 
         )
     try:
         data = frames[1]
+        if count == 2 and type(data) is memoryview and data.nbytes <= _COPIED_PICKLE_SIZE:
+            data = data.tobytes()  # a received frame: a small copy buys the fast path
+        payload = _NOT_LOADED
         if count == 2 and type(data) is not memoryview and _STACK_GLOBAL not in data:
-            payload = pickle.loads(data)  # nothing to import: the fastest path
-        else:
+            try:
+                payload = pickle.loads(data)  # nothing to import: the fastest path
+            except Exception:  # say, a persistent id: the unpickler of messages tells
+                payload = _NOT_LOADED
+        if payload is _NOT_LOADED:
             payload = _Unpickler(io.BytesIO(data), buffers=frames[2:]).load()
     except DecodeError:  # a rebuild's own words (a CUDA tensor where there is no CUDA)
         raise
@@ -306,7 +336,7 @@ def decode(frames: Sequence[bytes | bytearray | memoryview]) -> tuple[dict[str, 
             f"cannot unpickle the payload ({_describe(error)}); the frames are "
             "corrupt or incomplete, or the payload needs a module this process cannot import"
         ) from error
-    return header, payload
+    return payload
 
 
 def frames_size(frames: Iterable[bytes | bytearray | memoryview]) -> int:
@@ -685,6 +715,10 @@ def _dtype_name(dtype: Any) -> str:
 # import an unpickler makes holds this lock. A module already imported needs no lock.
 _import_lock = threading.RLock()
 _STACK_GLOBAL: Final = pickle.STACK_GLOBAL  # the opcode that imports (protocol 4 and up)
+# A received pickle frame this small is copied to bytes to be unpickled by
+# pickle.loads, without an unpickler object and a file around it.
+_COPIED_PICKLE_SIZE: Final = 4096
+_NOT_LOADED: Final = object()  # no payload yet (None is a payload)
 _subimport = cloudpickle.cloudpickle.subimport
 
 

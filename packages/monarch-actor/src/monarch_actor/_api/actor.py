@@ -93,9 +93,9 @@ class EndpointProperty(Generic[P, R]):
         """The method's name, which is the endpoint's name on a mesh."""
         return self.method.__name__
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
-        """Whether the method is an ``async def``."""
+        """Whether the method is an ``async def`` (asked once)."""
         return inspect.iscoroutinefunction(self.method)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -108,8 +108,30 @@ class EndpointProperty(Generic[P, R]):
         Raises:
             TypeError: the arguments do not fit the method's signature.
         """
+        if not kwargs:
+            fits = self._positional_counts
+            if fits is not None and fits[0] <= len(args) <= fits[1]:
+                return  # what Signature.bind would accept, without its cost on every call
         leading = (None, None) if self.explicit_response_port else (None,)
         self.signature.bind(*leading, *args, **kwargs)
+
+    @functools.cached_property
+    def _positional_counts(self) -> tuple[float, float] | None:
+        """The fewest and the most positional arguments a call without
+        keywords may pass (after ``self`` and a response port); None when a
+        keyword-only parameter has no default, so a call needs keywords."""
+        fewest = most = 0.0
+        for parameter in self.signature.parameters.values():
+            if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+                most += 1
+                if parameter.default is parameter.empty:
+                    fewest = most
+            elif parameter.kind is parameter.VAR_POSITIONAL:
+                most = float("inf")
+            elif parameter.kind is parameter.KEYWORD_ONLY and parameter.default is parameter.empty:
+                return None
+        leading = 2 if self.explicit_response_port else 1
+        return fewest - leading, most - leading
 
     @functools.cached_property
     def signature(self) -> inspect.Signature:

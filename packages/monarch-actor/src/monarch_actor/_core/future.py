@@ -135,8 +135,6 @@ class Future(Generic[R]):
 
 
 def _loop_running_here() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    # what asyncio.get_running_loop() asks, without raising (and catching) an
+    # exception on every get() from plain code
+    return asyncio._get_running_loop() is not None

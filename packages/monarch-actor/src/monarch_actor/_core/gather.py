@@ -6,7 +6,7 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
-from monarch_transport import DecodeError, decode
+from monarch_transport import DecodeError, decode_payload
 
 from .errors import SupervisionError
 from .router import Frames, Runtime
@@ -57,7 +57,7 @@ class Gather:
         if position in self.values:
             return  # a second reply (explicit ports may send twice): the first counts
         try:
-            value = decode(frames)[1]
+            value = decode_payload(frames)  # the router has read the header
             failed = Key.FAILED in header
         except DecodeError as error:
             value, failed = error, True

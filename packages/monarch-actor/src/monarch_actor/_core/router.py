@@ -227,6 +227,8 @@ class Runtime:
         self.numbering = Numbering()
         self.in_order = InOrder(self._deliver_call, loop.call_later, order_gap_wait())
         self._host_keys: dict[tuple[str, ...], list[str] | None] = {}
+        # (start, count, fanout) -> the plain tree's children (read only: shared by every call)
+        self._plain_children: dict[tuple[int, int, int], list[Branch]] = {}
         self.stopped = asyncio.Event()
         # told (on the loop) of every peer whose connection broke: (address, reason)
         self.lost_hooks: list[Callable[[str, str], None]] = []
@@ -368,8 +370,15 @@ class Runtime:
         from here: down the plain tree, except that each other host's run of
         positions is entered once (``host_children``)."""
         hosts = self._hosts_of(addresses)
-        if hosts is None:  # one host throughout: the plain tree
-            return Branch(start - 1, start + len(addresses)).children(self.fanout)
+        if hosts is None:  # one host throughout: the plain tree, the same for every call
+            key = (start, len(addresses), self.fanout)
+            children = self._plain_children.get(key)
+            if children is None:
+                children = Branch(start - 1, start + len(addresses)).children(self.fanout)
+                if len(self._plain_children) > 1024:
+                    self._plain_children.clear()
+                self._plain_children[key] = children
+            return children
         return host_children(start, hosts, "", self.fanout)
 
     def _hosts_of(self, addresses: Sequence[str]) -> list[str] | None:

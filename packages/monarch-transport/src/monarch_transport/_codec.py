@@ -298,6 +298,13 @@ def decode_payload(frames: Sequence[bytes | bytearray | memoryview]) -> object:
     Unpickling runs code chosen by the sender: decode only frames from
     authenticated peers.
 
+    Args:
+        frames: the message's frames, as ``encode`` made them (the header frame
+            first; it is skipped).
+
+    Returns:
+        The payload.
+
     Raises:
         DecodeError: the frames hold no pickle frame, or the payload cannot be
             unpickled here. No other exception is raised.

@@ -41,7 +41,6 @@ Everything here needs torch with CUDA; without it the errors say so.
 from __future__ import annotations
 
 import collections
-import importlib
 import sys
 import threading
 import weakref
@@ -286,8 +285,8 @@ def _serve_copy(chan: Channel, request: OwnerRequest) -> None:
 
 def _storage_ref(storage: Any) -> Any:
     """torch's weak reference to ``storage`` (``expired()``, ``cdata``)."""
-    reductions: Any = importlib.import_module("torch.multiprocessing.reductions")
-    return reductions.StorageWeakRef(storage)
+    # importing torch imports torch.multiprocessing and its reductions
+    return torch_module().multiprocessing.reductions.StorageWeakRef(storage)
 
 
 class CudaIpcBackend:

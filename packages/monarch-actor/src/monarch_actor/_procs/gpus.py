@@ -21,7 +21,9 @@ __all__ = [
 ]
 
 GPU_DIMS = ("gpus", "gpu")  # Monarch's names for the per-host GPU dimension, in its order
-HOST_GPUS_ENV = "MONARCH_HOST_GPUS"  # how many GPUs the process's host has (it sees one)
+# How many GPUs the process's host has (it sees one); monarch-transport declares it as
+# its `host_gpus` setting (whether CUDA tensors may move by IPC), this sets it.
+HOST_GPUS_ENV = "MONARCH_HOST_GPUS"
 SHARED_GPU_ENV = "MONARCH_SHARED_GPU"  # "1": other processes of the mesh use this GPU too
 _DEVICE_NODE = re.compile(r"nvidia(\d+)")
 

@@ -315,9 +315,13 @@ class ActorHost:
         or ``error`` (``None`` when it returned) goes to the ``keep`` extension,
         or answers the caller (a call still ``tracked`` in ``open_calls`` is
         answered only if the actor's failure did not answer it already); a
-        ``BaseException`` fails the actor. Then the call's context is reset and
-        its stats end."""
+        ``BaseException`` fails the actor. The call's stats end before anyone
+        hears of it, so whoever is told can see it counted; the call's context
+        is reset last."""
         try:
+            if isinstance(error, Exception) and keep is None:
+                self.stats.raised(ep.name, error)  # the admin shows it, whoever hears of it
+            self.stats.end(ep.name, started, error is not None)
             if error is None:
                 if keep is not None:
                     _kept(keep, result)
@@ -341,7 +345,6 @@ class ActorHost:
                     )
         finally:
             reset_current(token)
-            self.stats.end(ep.name, started, error is not None)
 
     def _untrack(self, header: dict[str, Any]) -> bool:
         """Take a tracked call out of ``open_calls``: False if it was answered
@@ -488,7 +491,6 @@ class ActorHost:
     def _raised(
         self, header: dict[str, Any], ep: EndpointProperty[..., Any], error: Exception
     ) -> None:
-        self.stats.raised(ep.name, error)  # the admin shows it, whoever hears of it
         if ep.explicit_response_port:  # no reply path: the actor fails
             self._fail(f"{self.name}.{ep.name} raised:\n{remote_traceback(error)}", error)
             self._answer(

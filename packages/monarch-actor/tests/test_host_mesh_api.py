@@ -216,4 +216,3 @@ def test_nested_async_with_shuts_down_once():
     out, err = script.communicate(timeout=120)
     assert script.returncode == 0, err
     assert out.strip() == "done"
-

@@ -78,6 +78,35 @@ def test_output_streams_to_the_controller_tagged_with_rank():
     assert "[2 similar log lines] same everywhere" in out
 
 
+def test_a_window_counts_every_line_and_belongs_to_its_own_proc_mesh():
+    # Monarch's count: 5 lines said by each of 2 ranks are 10 similar lines; a
+    # mesh whose owner never asked for a window shows its lines one by one
+    script = run_script(
+        """
+        windowed = this_host().spawn_procs(per_host={"gpus": 2})
+        plain = this_host().spawn_procs(per_host={"gpus": 2})
+        asyncio.run(windowed.logging_option(stream_to_client=True, aggregate_window_sec=600))
+        asyncio.run(plain.logging_option(stream_to_client=True, aggregate_window_sec=None))
+        talk = windowed.spawn("talk", Pid)
+        for _ in range(5):
+            talk.say.call("five times each").get()
+        plain.spawn("talk", Pid).slice(gpus=0).say.call_one("said alone").get()
+        # a shorter window shows what the long one held, before the new one starts
+        asyncio.run(windowed.logging_option(stream_to_client=True, aggregate_window_sec=1))
+        print("CHANGED", flush=True)
+        talk.say.call("after the change").get()
+        windowed.stop().get()
+        plain.stop().get()
+        """
+    )
+    out, err = script.communicate(timeout=60)
+    assert script.returncode == 0, err
+    assert out.count("[10 similar log lines] five times each") == 1, out
+    assert out.index("five times each") < out.index("CHANGED"), out
+    assert "[2 similar log lines] after the change" in out, out
+    assert "] [0] said alone" in out and "similar log lines] said alone" not in out, out
+
+
 @pytest.mark.parametrize("end", ["stop", "exit"])
 def test_the_last_aggregation_window_is_shown_at_stop_and_at_exit(end):
     # a window far longer than the script: only stop() or the exit can show the lines

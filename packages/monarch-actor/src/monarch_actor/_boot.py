@@ -333,7 +333,9 @@ def proc_main(blob: bytes) -> int:
     wire(runtime)
     install_proc_handlers(runtime, owner)
     runtime.get(LocalActors).setup_error = setup_error
-    capture_output(runtime, owner, info["rank"], info["env"]["HYPERACTOR_PROCESS_NAME"])
+    capture_output(
+        runtime, owner, info["mesh"], info["rank"], info["env"]["HYPERACTOR_PROCESS_NAME"]
+    )
     if log_forwarding():  # enable_log_forwarding, as the spawning process had it
         set_forwarding(True)
     runtime.send(

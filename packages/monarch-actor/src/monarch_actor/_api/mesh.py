@@ -433,6 +433,7 @@ def _chain(
     source: Future[None] | concurrent.futures.Future[None], done: concurrent.futures.Future[None]
 ) -> None:
     """Settle ``done`` as ``source`` settles."""
+
     def settle(_: object) -> None:
         error = source.exception()
         if error is not None:
@@ -685,8 +686,10 @@ class ProcMesh(MeshOps):
         Args:
             stream_to_client: ``True`` sends the lines to this script; ``False``
                 leaves them on the terminal the processes inherited.
-            aggregate_window_sec: seconds over which identical lines of several
-                ranks are shown once, with a count; ``None`` or 0 shows every line.
+            aggregate_window_sec: seconds over which identical lines are shown
+                once, with how many there were (``[10 similar log lines] ...``
+                for 5 lines said by each of 2 ranks); ``None`` or 0 shows every
+                line as it comes. The window is this proc mesh's own.
             level: the level (0 to 255) of each process's root logger, as in
                 Monarch: ``logging.INFO`` (the default) lets ``logger.info`` lines
                 through; printed lines are streamed whatever it is.

@@ -2,8 +2,10 @@
 thread of the proc: by default the lines go on to the terminal it inherited
 (as in Monarch, where children share the controller's terminal); once the
 owner asks for streaming (``ProcMesh.logging_option(stream_to_client=True)``)
-they travel to the owner instead, tagged with the proc's rank, and identical
-lines from several ranks are shown once per aggregation window."""
+they travel to the owner instead, tagged with the proc's rank. Each proc mesh
+has its own streaming options: with an aggregation window, identical lines
+said within it (by any of the mesh's ranks, any number of times) are shown
+once, with how many there were, as Monarch's ``[N similar log lines]``."""
 
 from __future__ import annotations
 
@@ -52,8 +54,9 @@ def set_forwarding(on: bool) -> None:
         _forward.clear()
 
 
-def capture_output(runtime: Runtime, owner: str, rank: int, name: str) -> None:
-    """Route this process's fd 1 and 2 through pipes read by pump threads."""
+def capture_output(runtime: Runtime, owner: str, mesh: str, rank: int, name: str) -> None:
+    """Route this process's fd 1 and 2 through pipes read by pump threads
+    (rank ``rank`` of proc mesh ``mesh``, whose owner is ``owner``)."""
     for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
         stream.flush()
         read, write = os.pipe()
@@ -62,7 +65,13 @@ def capture_output(runtime: Runtime, owner: str, rank: int, name: str) -> None:
         os.close(write)
         pump = threading.Thread(
             target=_pump,
-            args=(runtime, owner, rank, name, fd, read, original),
+            args=(
+                runtime,
+                owner,
+                {Key.KIND: Kind.LOGS, Key.MESH: mesh, Key.RANK: rank, Key.PROC: name, Key.FD: fd},
+                read,
+                original,
+            ),
             daemon=True,
             name=f"monarch-output-{fd}",
         )
@@ -119,9 +128,7 @@ def release_output(timeout: float = 1.0) -> None:
         pump_thread.join(timeout)
 
 
-def _pump(
-    runtime: Runtime, owner: str, rank: int, name: str, fd: int, read: int, original: int
-) -> None:
+def _pump(runtime: Runtime, owner: str, header: dict[str, Any], read: int, original: int) -> None:
     partial = b""
     while True:
         try:
@@ -140,7 +147,6 @@ def _pump(
             *lines, partial = data.split(b"\n")
             if lines:
                 text = [line.decode(errors="replace") for line in lines]
-                header = {Key.KIND: Kind.LOGS, Key.RANK: rank, Key.PROC: name, Key.FD: fd}
                 runtime.send(owner, header, text)
         finally:
             with _busy_lock:
@@ -151,9 +157,11 @@ def _pump(
 
 
 class _Aggregator:
+    """The lines of one proc mesh, on their way to this process's terminal."""
+
     def __init__(self) -> None:
-        self.window: float | None = None
-        self.lines: OrderedDict[tuple[int, str], set[int]] = OrderedDict()
+        self.window: float | None = None  # seconds; None: every line as it comes
+        self.lines: OrderedDict[tuple[int, str], list[int]] = OrderedDict()  # -> [count, rank]
         self.lock = threading.Lock()
         self.timer: threading.Timer | None = None
 
@@ -169,7 +177,7 @@ class _Aggregator:
             return
         with self.lock:
             for line in lines:
-                self.lines.setdefault((fd, line), set()).add(rank)
+                self.lines.setdefault((fd, line), [0, rank])[0] += 1
             if self.timer is None:
                 self.timer = threading.Timer(self.window, self.flush)
                 self.timer.daemon = True
@@ -180,29 +188,42 @@ class _Aggregator:
             lines, self.lines, timer, self.timer = self.lines, OrderedDict(), self.timer, None
         if timer is not None and timer is not threading.current_thread():
             timer.cancel()
-        for (fd, line), ranks in lines.items():
+        for (fd, line), (count, rank) in lines.items():
             out = sys.stdout if fd == 1 else sys.stderr
-            if len(ranks) > 1:
-                out.write(f"[{len(ranks)} similar log lines] {line}\n")
+            if count > 1:
+                out.write(f"[{count} similar log lines] {line}\n")
             elif prefix_with_rank():
-                out.write(f"[{next(iter(ranks))}] {line}\n")
+                out.write(f"[{rank}] {line}\n")
             else:
                 out.write(f"{line}\n")
             out.flush()
 
 
-_aggregator = _Aggregator()
+_aggregators: dict[str, _Aggregator] = {}  # by proc mesh
+_aggregators_lock = threading.Lock()
+
+
+def _aggregator(mesh: str) -> _Aggregator:
+    with _aggregators_lock:
+        found = _aggregators.get(mesh)
+        if found is None:
+            found = _aggregators[mesh] = _Aggregator()
+        return found
 
 
 def flush_lines() -> None:
-    """Show now the lines held for the current aggregation window (the
-    owner calls this once the procs stopped, and at exit): the window's
-    timer is a daemon thread, which an ending script would not wait for."""
-    _aggregator.flush()
+    """Show now the lines held for the current aggregation windows (the
+    owner calls this once procs stopped, and at exit): a window's timer is a
+    daemon thread, which an ending script would not wait for."""
+    with _aggregators_lock:
+        held = list(_aggregators.values())
+    for aggregator in held:
+        aggregator.flush()
 
 
 def show_lines(header: dict[str, Any], lines: Any) -> None:
-    _aggregator.add(header[Key.FD], header[Key.RANK], header.get(Key.PROC, "?"), list(lines))
+    aggregator = _aggregator(str(header.get(Key.MESH)))
+    aggregator.add(header[Key.FD], header[Key.RANK], header.get(Key.PROC, "?"), list(lines))
 
 
 async def configure_streaming(mesh: Any, stream: bool, window: int | None, level: int) -> None:
@@ -210,10 +231,11 @@ async def configure_streaming(mesh: Any, stream: bool, window: int | None, level
         isinstance(window, bool) or not isinstance(window, int | float) or window < 0
     ):
         raise ValueError(f"aggregate_window_sec must be a number of seconds >= 0, got {window!r}")
-    _aggregator.flush()
-    _aggregator.window = float(window) if window else None
-    runtime = get_runtime()
     table = mesh._table
+    aggregator = _aggregator(str(table.id))
+    aggregator.flush()  # what the old window holds, before the new one starts
+    aggregator.window = float(window) if window else None
+    runtime = get_runtime()
     done = asyncio.get_running_loop().create_future()
     ranks = list(mesh._shape.ndslice)
     caller = asyncio.get_running_loop()

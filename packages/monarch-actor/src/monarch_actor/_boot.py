@@ -23,7 +23,7 @@ import monarch_config
 from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
 from ._api.actor_host import ActorHost, setup_failure
-from ._api.hosts import TRUST_ALL, attached, configure_security, split_alias
+from ._api.hosts import TRUST_ALL, attached, check_listener, configure_security, split_alias
 from ._api.introspection import Introspection
 from ._api.local_actors import LocalActors
 from ._api.proc_control import (
@@ -106,6 +106,7 @@ def start_controller() -> Runtime:
         try:
             gateway = attached()  # attach(addr): listen where the gateway relays to
             bind = listen_address() if gateway is None else Address.parse(gateway[1])
+            check_listener(bind)
             listener = loop.run_until_complete(listen(bind))
             runtime = Runtime(loop, listener, "controller")
             if gateway is not None and gateway[0] != runtime.address:
@@ -192,8 +193,9 @@ def run_worker_loop_until_shutdown(
         OSError: nothing can listen at ``address``.
         ValueError: the address or the security options are invalid.
     """
-    tls = configure_security(ca, private_key)
+    tls = configure_security(ca, private_key, [address])
     dial, bind = split_alias(address, tls)
+    check_listener(bind)
     if maybe_runtime() is not None:
         raise RuntimeError(
             "this process already runs Monarch (as a controller or a proc); run the worker "
@@ -325,7 +327,9 @@ def proc_main(blob: bytes) -> int:
                 loop.run_until_complete(_wait(outcome))
         except Exception as error:  # as in Monarch: `initialized` raises it, the proc lives on
             setup_error = setup_failure(error)
-    listener = loop.run_until_complete(listen(listen_address()))
+    bind = listen_address()
+    check_listener(bind)
+    listener = loop.run_until_complete(listen(bind))
     runtime = Runtime(loop, listener, "proc")
     runtime.root = info["root"]
     runtime.owner = owner = info["owner"]

@@ -25,8 +25,8 @@ from monarch_transport import SECRET_ENV, TLS_ENV, Address, default_listen_addre
 
 from .._core.config import INSECURE_PUBLIC_SECRET
 from .._core.future import Future
-from .._core.private import read_private
-from .._core.process import get_runtime, maybe_runtime
+from .._core.private import PrivateFileError, check_private, read_private
+from .._core.process import LISTEN_ENV, get_runtime, maybe_runtime
 from .._core.router import Runtime
 from .._core.threads import run_in_thread
 from .._procs.remote import RemoteAgent, RemoteAgents
@@ -53,15 +53,18 @@ SECRET_FILE_ENV = "MONARCH_JOB_SECRET_FILE"
 _PUBLIC_SECRET = "6d6f6e617263682d74727573742d616c6c2d636f6e6e656374696f6e73"
 
 
-def configure_security(ca: Any, private_key: Any) -> bool:
+def configure_security(ca: Any, private_key: Any, addresses: Sequence[Any] = ()) -> bool:
     """Settle how this process proves itself, before anything connects; True
     when connections across hosts use TLS.
 
     ``ca="trust_all_connections"``: the job's secret (``$MONARCH_JOB_SECRET``,
     or the file ``$MONARCH_JOB_SECRET_FILE`` names, which must be this user's
-    alone) is what peers prove; with neither set and no certificates, this
-    refuses, unless ``$MONARCH_INSECURE_PUBLIC_SECRET`` asks for a public one
-    (anyone who reaches a worker's port can then run code on it). Otherwise
+    alone) is what peers prove. With neither set and no certificates, a public
+    secret is used where the filesystem keeps other users out: every one of
+    ``addresses`` (the workers) is a Unix socket in a folder only this user may
+    enter, and processes listen on such sockets only (``check_listener``).
+    Otherwise this refuses, unless ``$MONARCH_INSECURE_PUBLIC_SECRET`` asks for
+    a public one (anyone who reaches a worker's port can then run code on it). Otherwise
     ``ca`` is the certificate authority (PEM bytes or a file) that signed every
     side's certificate, and ``private_key`` this side's certificate and key
     (PEM bytes or a file holding both): connections across hosts are mutual
@@ -81,6 +84,9 @@ def configure_security(ca: Any, private_key: Any) -> bool:
             "in the environment of the workers and of this script"
         )
     if not tls:  # with TLS, the certificates keep strangers out
+        if _private_sockets(addresses):
+            os.environ[SECRET_ENV] = _PUBLIC_SECRET
+            return tls
         if not INSECURE_PUBLIC_SECRET.get():
             raise RuntimeError(
                 f"ca={TRUST_ALL!r} with no job secret would let anyone who can reach these "
@@ -97,6 +103,46 @@ def configure_security(ca: Any, private_key: Any) -> bool:
         )
     os.environ[SECRET_ENV] = _PUBLIC_SECRET
     return tls
+
+
+def _private_sockets(addresses: Sequence[Any]) -> bool:
+    """Whether every address is a Unix socket in a folder that is this user's
+    alone, and this process listens on such a socket too: then no other user
+    can connect, whatever secret is used."""
+    if not addresses or os.environ.get(LISTEN_ENV) or default_listen_address().scheme != "ipc":
+        return False
+    for text in addresses:
+        try:
+            address = Address.parse(text) if isinstance(text, str) else None
+        except ValueError:
+            return False
+        if address is None or address.scheme != "ipc" or not address.path:
+            return False
+        try:
+            check_private(os.path.dirname(os.path.abspath(address.path)), "a worker's folder")
+        except (OSError, PrivateFileError):
+            return False
+    return True
+
+
+def check_listener(bind: Address | str) -> None:
+    """Refuse to listen at ``bind`` anywhere but a Unix socket or TLS while the
+    job's secret is the public one and no one asked for that
+    (``configure_security`` allowed it for certificates, or for this user's
+    own sockets).
+
+    Raises:
+        RuntimeError: ``bind`` is a network address, saying what to set.
+    """
+    if os.environ.get(SECRET_ENV) != _PUBLIC_SECRET or INSECURE_PUBLIC_SECRET.get():
+        return
+    if Address.parse(str(bind)).scheme not in ("ipc", "tls"):
+        raise RuntimeError(
+            f"will not listen at {bind}: this job has no secret (its workers are Unix sockets "
+            f"of this user's, which need none), and anyone who reaches {bind} could run code "
+            f"here. Set {SECRET_ENV} (32+ hex digits) the same in the workers and the script, "
+            "or pass certificates (ca=, private_key=)"
+        )
 
 
 def secret_from_file(path: str) -> str:
@@ -287,10 +333,11 @@ def attach_to_workers(
             or ``DIAL@BIND``), or a ``Future`` of one.
         ca: ``"trust_all_connections"`` (the default): workers and script prove
             themselves with the job's secret (``$MONARCH_JOB_SECRET`` or the file
-            ``$MONARCH_JOB_SECRET_FILE`` names; a public one with a warning when
-            neither is set). Otherwise the certificate authority (PEM bytes or a
-            file) that signed every side's certificate: connections across hosts
-            then use mutual TLS.
+            ``$MONARCH_JOB_SECRET_FILE`` names). With neither set, only workers on
+            Unix sockets in folders that are this user's alone are accepted (no
+            other user can reach them); else this refuses. Otherwise the
+            certificate authority (PEM bytes or a file) that signed every side's
+            certificate: connections across hosts then use mutual TLS.
         private_key: with a certificate authority, this side's certificate and
             key (PEM bytes or a file holding both).
         name: the host mesh's name (default ``"hosts"``).
@@ -310,7 +357,9 @@ def attach_to_workers(
             split_alias(worker)  # a bad address is an error before anything starts
         elif not isinstance(worker, Future):
             raise TypeError(f"a worker is an address (str) or a Future of one, got {worker!r}")
-    tls = configure_security(ca, private_key)
+    tls = configure_security(
+        ca, private_key, [split_alias(w)[0] if isinstance(w, str) else w for w in workers]
+    )
     runtime = get_runtime()
     registry = runtime.run_sync(remote_agents, runtime)
     on_exit = on_worker_exit(runtime)
@@ -378,6 +427,7 @@ def reachable_from(runtime: Runtime, worker: Address) -> None:
         else:
             host = route_to(worker.host)
         bind = Address(worker.scheme, host=host, port=0)
+        check_listener(bind)
         listener = asyncio.run_coroutine_threadsafe(listen(bind), runtime.loop).result(30)
         runtime.run_sync(runtime.listen_also, listener)
         log.info("the controller listens at %s for workers on other hosts", runtime.address)

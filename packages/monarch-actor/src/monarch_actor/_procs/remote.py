@@ -194,7 +194,10 @@ class RemoteAgent:
 
     def check(self, now: float) -> None:
         if self.lost is None and not self.ready.done() and now > self.attach_by:
-            self.host_lost(f"its worker did not answer in {ATTACH_TIMEOUT_ENV} seconds")
+            self.host_lost(
+                f"no worker answered there within {attach_timeout():g} s ({ATTACH_TIMEOUT_ENV}); "
+                "is its worker running and serving that address?"
+            )
         if self.lost is None and self.ready.done() and now - self.last_seen > self.deadline:
             self.host_lost(
                 f"silent for {now - self.last_seen:.1f} s (deadline {self.deadline:g} s, "

@@ -123,6 +123,57 @@ async def test_send_threadsafe_keeps_order_with_the_loops_sends(backend):
                 assert from_threads > 0
 
 
+async def test_a_thread_and_the_loop_sending_at_once_never_mix_their_bytes(backend, monkeypatch):
+    # near-full kernel buffers make a thread's direct write partial (here,
+    # every one of them): what is left must go out before anything the loop
+    # or another thread sends meanwhile
+    import monarch_transport._socket as socket_backend
+
+    write = os.write
+
+    def partial(fd: int, data: bytes) -> int:
+        return write(fd, memoryview(data)[: max(1, len(data) // 3)])
+
+    monkeypatch.setattr(socket_backend.os, "write", partial)
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        async with await transport.connect(inbox.address, settings()) as out:
+            loop = asyncio.get_running_loop()
+            count = 150
+            thread_messages = [
+                [b"t%d" % n, bytes([n % 251]) * (20_000 + n * 211)] for n in range(count)
+            ]
+            loop_messages = [
+                [b"l%d" % n, bytes([n % 241]) * (30_000 + n * 97)] for n in range(count)
+            ]
+
+            def from_a_thread(messages: list[list[bytes]]) -> None:
+                for frames in messages:
+                    if not out.send_threadsafe(frames):
+                        asyncio.run_coroutine_threadsafe(out.send(frames), loop).result(30)
+
+            async def from_the_loop() -> None:
+                for frames in loop_messages:
+                    if not out.send_nowait(frames):
+                        await out.send(frames)
+                    await asyncio.sleep(0)  # the thread writes in between
+
+            other_messages = [
+                [b"o%d" % n, bytes([n % 239]) * (10_000 + n * 307)] for n in range(count)
+            ]
+            sending = asyncio.gather(
+                asyncio.to_thread(from_a_thread, thread_messages),
+                asyncio.to_thread(from_a_thread, other_messages),
+                from_the_loop(),
+            )
+            events = [await next_event(inbox, 30.0) for _ in range(3 * count)]
+            await sending
+            got = [[bytes(f) for f in e.frames] for e in events]
+            assert [m for m in got if m[0].startswith(b"t")] == thread_messages
+            assert [m for m in got if m[0].startswith(b"o")] == other_messages
+            assert [m for m in got if m[0].startswith(b"l")] == loop_messages
+
+
 class Collected(list):
     """A handler's events (``append`` is the handler); ``departed`` is set
     by the first ``PeerLeft``."""

@@ -444,21 +444,22 @@ class SocketSender(Sender):
 
     def send_threadsafe(self, frames: Sequence[Buffer]) -> bool:
         conn = self._conn
-        transport = conn.transport
-        if (
-            self._fd < 0
-            or conn.paused
-            or self._lock.locked()
-            or conn.reason
-            or transport is None
-            or self._rest
-            or transport.get_write_buffer_size()
-        ):
+        if self._fd < 0 or conn.paused or conn.reason or self._lock.locked():
             return False
         if not self._order.acquire(blocking=False):
             return False
         try:
-            if self._lock.locked():  # the loop took it meanwhile: its message goes first
+            # looked at again holding the lock: the loop and other threads
+            # change these under it, and bytes must never interleave
+            transport = conn.transport
+            if (
+                conn.paused
+                or conn.reason
+                or transport is None
+                or self._lock.locked()
+                or self._rest
+                or transport.get_write_buffer_size()
+            ):
                 return False
             pieces = self._small(frames)
             if pieces is None:
@@ -469,12 +470,14 @@ class SocketSender(Sender):
             except OSError:  # EAGAIN: the kernel is full; anything else: the loop finds out
                 self._unseal()
                 return False
+            if written < len(data):
+                # what is left goes out before anything else: it is queued
+                # before the lock is let go, and every writer looks here first
+                self._rest.append(memoryview(data)[written:])
+                self._loop.call_soon_threadsafe(self._finish_rest)
+            return True
         finally:
             self._order.release()
-        if written < len(data):
-            self._rest.append(memoryview(data)[written:])
-            self._loop.call_soon_threadsafe(self._finish_rest)
-        return True
 
     def _unseal(self) -> None:
         if self._sealer is not None:
@@ -490,6 +493,11 @@ class SocketSender(Sender):
     def _finish_rest(self) -> None:
         """On the loop: hand what other threads left unwritten to the
         transport, before anything else goes out."""
+        with self._order:
+            self._flush_rest()
+
+    def _flush_rest(self) -> None:
+        """``_finish_rest`` for a caller on the loop that holds ``_order``."""
         transport = self._conn.transport
         while self._rest:
             if transport is not None and self._conn.reason is None:
@@ -497,12 +505,12 @@ class SocketSender(Sender):
             self._rest.popleft()
 
     def send_nowait(self, frames: Sequence[Buffer]) -> bool:
-        self._finish_rest()
         conn = self._conn
         transport = conn.transport
         if conn.paused or self._lock.locked() or conn.reason or transport is None:
             return False
         with self._order:
+            self._flush_rest()
             pieces = self._small(frames)
             if pieces is None:
                 return False
@@ -510,13 +518,13 @@ class SocketSender(Sender):
         return True
 
     def send_many_nowait(self, messages: Sequence[Sequence[Buffer]]) -> int:
-        self._finish_rest()
         conn = self._conn
         transport = conn.transport
         if conn.paused or self._lock.locked() or conn.reason or transport is None:
             return 0
         chunks = []
         with self._order:
+            self._flush_rest()
             for frames in messages:
                 pieces = self._small(frames)
                 if pieces is None:
@@ -527,17 +535,18 @@ class SocketSender(Sender):
         return len(chunks)
 
     async def send(self, frames: Sequence[Buffer]) -> None:
-        self._finish_rest()
         conn = self._conn
         transport = conn.transport
         idle = not (conn.paused or self._lock.locked() or conn.reason)
         if idle and transport is not None:
             with self._order:
+                self._flush_rest()
                 pieces = self._small(frames)
                 if pieces is not None:
                     transport.write(pieces[0])  # the common case: one small write, nobody waiting
                     return
         async with self._lock:  # a large message goes out in chunks; others wait their turn
+            self._finish_rest()  # other threads write nothing while the lock is held
             if self._sealer is None:
                 pieces = _encode(Kind.DATA, frames, self._settings.max_message_size)
                 assert pieces is not None

@@ -332,12 +332,91 @@ def _wrap(function: Callable[..., Any], label: str) -> Callable[..., Any]:
 # -- metrics ----------------------------------------------------------------------------
 
 
+class _Instrument:
+    """An instrument of Monarch's meter, as its ``create_*`` made it, that
+    pickles as the call that made it: sent to another process (a global of a
+    class or function from ``__main__``, an endpoint's argument), it is that
+    process's instrument of the same kind and name, recording to its own
+    provider. The instrument itself (the SDK's holds locks) never travels."""
+
+    __slots__ = ("_inner", "_made_by")
+
+    def __init__(self, made_by: tuple[str, tuple[Any, ...], dict[str, Any]], inner: Any) -> None:
+        self._made_by = made_by
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_instrument, self._made_by)
+
+    def __repr__(self) -> str:
+        return f"<monarch {self._made_by[0].removeprefix('create_')} {self._inner.name!r}>"
+
+
+_instruments: dict[Any, _Instrument] = {}  # made by _instrument, to make each one once
+
+
+def _instrument(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The instrument ``_meter.<kind>(*args, **kwargs)`` makes, made once per process
+    (an instrument with callbacks is made each time: its callbacks tell it apart)."""
+    try:
+        key: Any = (kind, args, tuple(sorted(kwargs.items())))
+        hash(key)
+    except TypeError:
+        key = None
+    found: _Instrument | None = _instruments.get(key) if key is not None else None
+    if found is None:
+        found = _Instrument((kind, args, kwargs), getattr(_meter, kind)(*args, **kwargs))
+        if key is not None:
+            _instruments[key] = found
+    return found
+
+
+class _Meter(metrics.Meter):
+    """Monarch's meter: the proxy meter of scope ``monarch``, whose
+    instruments pickle (``_Instrument``)."""
+
+    def create_counter(self, *args: Any, **kwargs: Any) -> metrics.Counter:
+        return _instrument("create_counter", args, kwargs)
+
+    def create_up_down_counter(self, *args: Any, **kwargs: Any) -> metrics.UpDownCounter:
+        return _instrument("create_up_down_counter", args, kwargs)
+
+    def create_histogram(self, *args: Any, **kwargs: Any) -> metrics.Histogram:
+        return _instrument("create_histogram", args, kwargs)
+
+    def create_gauge(self, *args: Any, **kwargs: Any) -> Any:  # metrics.Gauge, where the API has it
+        return _instrument("create_gauge", args, kwargs)
+
+    def create_observable_counter(self, *args: Any, **kwargs: Any) -> metrics.ObservableCounter:
+        return _instrument("create_observable_counter", args, kwargs)
+
+    def create_observable_up_down_counter(
+        self, *args: Any, **kwargs: Any
+    ) -> metrics.ObservableUpDownCounter:
+        return _instrument("create_observable_up_down_counter", args, kwargs)
+
+    def create_observable_gauge(self, *args: Any, **kwargs: Any) -> metrics.ObservableGauge:
+        return _instrument("create_observable_gauge", args, kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (get_meter, ())
+
+
+_monarch_meter = _Meter(SCOPE)
+
+
 def get_meter() -> metrics.Meter:
     """Monarch's process-global OpenTelemetry meter.
 
     Instruments made from it record nothing until a meter provider is set
     in the process (by the program, or by ``ENABLE_OTEL_METRICS``); those
-    made before then start recording once one is.
+    made before then start recording once one is. They pickle by kind and
+    name: a counter that an actor's code uses from a global of ``__main__``
+    (or gets as an argument) is, in the actor's process, that process's
+    counter of the same name.
 
     Returns:
         The meter of the instrumentation scope ``monarch``.
@@ -347,4 +426,4 @@ def get_meter() -> metrics.Meter:
         >>> steps = get_meter().create_counter("train.steps")
         >>> steps.add(1, {"phase": "warmup"})
     """
-    return _meter
+    return _monarch_meter

@@ -191,9 +191,7 @@ def test_the_telemetry_example_sends_spans_and_metrics_to_a_collector(collector,
 def test_the_kubernetes_manifests_and_script_agree(tmp_path):
     yaml = pytest.importorskip("yaml")
     workers = list(yaml.safe_load_all((EXAMPLES / "kubernetes" / "workers.yaml").read_text()))
-    controller = list(
-        yaml.safe_load_all((EXAMPLES / "kubernetes" / "controller.yaml").read_text())
-    )
+    controller = list(yaml.safe_load_all((EXAMPLES / "kubernetes" / "controller.yaml").read_text()))
     (stateful_set,) = [m for m in workers if m["kind"] == "StatefulSet"]
     (pod,) = [m for m in controller if m["kind"] == "Pod"]
     assert {m["metadata"]["namespace"] for m in workers + controller} == {"monarch-ddp"}
@@ -302,10 +300,12 @@ def test_the_slurm_example_runs_a_batch_job(tmp_path):
     ).stdout.split()
     count = min(2, sum(map(int, nodes)))
     # nodes of a one-machine test cluster share its address: their workers take consecutive ports
-    output = run("slurm_job.py", "--nodes", str(count), "--port", str(free_ports(count)), cwd=tmp_path)
+    port = str(free_ports(count))
+    output = run("slurm_job.py", "--nodes", str(count), "--port", port, cwd=tmp_path)
     assert f"counted by {count} nodes" in output
-    assert re.search(r"Slurm job (\d+): \{hosts: %d\}" % count, output), output
-    job_id = re.search(r"Slurm job (\d+)", output)[1]  # type: ignore[index]
+    found = re.search(r"Slurm job (\d+): \{hosts: (\d+)\}", output)
+    assert found and int(found[2]) == count, output
+    job_id = found[1]
     queued = subprocess.run(
         ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30
     ).stdout.strip()

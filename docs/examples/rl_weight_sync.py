@@ -61,7 +61,7 @@ class Generator(Actor):
 
     @endpoint
     def sync(self) -> tuple[str, float]:
-        self.remote_weights.read_into(self.local).get()  # one-sided: the trainer's code does not run
+        self.remote_weights.read_into(self.local).get()  # one-sided: no code of the trainer runs
         vector_to_parameters(self.local, self.model.parameters())
         return self.remote_weights.backend, self.local.sum().item()
 

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -346,6 +346,8 @@ class _Instrument:
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
+        if name in _Instrument.__slots__:  # not set yet: no recursion through _inner
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -379,27 +381,32 @@ class _Meter(metrics.Meter):
     instruments pickle (``_Instrument``)."""
 
     def create_counter(self, *args: Any, **kwargs: Any) -> metrics.Counter:
-        return _instrument("create_counter", args, kwargs)
+        return cast(metrics.Counter, _instrument("create_counter", args, kwargs))
 
     def create_up_down_counter(self, *args: Any, **kwargs: Any) -> metrics.UpDownCounter:
-        return _instrument("create_up_down_counter", args, kwargs)
+        return cast(metrics.UpDownCounter, _instrument("create_up_down_counter", args, kwargs))
 
     def create_histogram(self, *args: Any, **kwargs: Any) -> metrics.Histogram:
-        return _instrument("create_histogram", args, kwargs)
+        return cast(metrics.Histogram, _instrument("create_histogram", args, kwargs))
 
     def create_gauge(self, *args: Any, **kwargs: Any) -> Any:  # metrics.Gauge, where the API has it
         return _instrument("create_gauge", args, kwargs)
 
     def create_observable_counter(self, *args: Any, **kwargs: Any) -> metrics.ObservableCounter:
-        return _instrument("create_observable_counter", args, kwargs)
+        return cast(
+            metrics.ObservableCounter, _instrument("create_observable_counter", args, kwargs)
+        )
 
     def create_observable_up_down_counter(
         self, *args: Any, **kwargs: Any
     ) -> metrics.ObservableUpDownCounter:
-        return _instrument("create_observable_up_down_counter", args, kwargs)
+        return cast(
+            metrics.ObservableUpDownCounter,
+            _instrument("create_observable_up_down_counter", args, kwargs),
+        )
 
     def create_observable_gauge(self, *args: Any, **kwargs: Any) -> metrics.ObservableGauge:
-        return _instrument("create_observable_gauge", args, kwargs)
+        return cast(metrics.ObservableGauge, _instrument("create_observable_gauge", args, kwargs))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (get_meter, ())

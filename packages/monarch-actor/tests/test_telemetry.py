@@ -236,6 +236,7 @@ class Counting(Actor):
 procs = this_host().spawn_procs(per_host={"gpus": 1})
 late = get_meter().create_counter("test.late")  # after: an instrument of the SDK
 assert pickle.loads(pickle.dumps(late)) is late  # in one process, the same instrument
+assert repr(late) == "<monarch counter 'test.late'>", repr(late)
 procs.spawn("counting", Counting).count.call_one().get()
 procs.stop().get()
 """

@@ -354,7 +354,9 @@ class _Instrument:
         return (_instrument, self._made_by)
 
     def __repr__(self) -> str:
-        return f"<monarch {self._made_by[0].removeprefix('create_')} {self._inner.name!r}>"
+        kind, args, kwargs = self._made_by
+        name = args[0] if args else kwargs.get("name")
+        return f"<monarch {kind.removeprefix('create_')} {name!r}>"
 
 
 _instruments: dict[Any, _Instrument] = {}  # made by _instrument, to make each one once

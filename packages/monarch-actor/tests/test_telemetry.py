@@ -237,6 +237,8 @@ procs = this_host().spawn_procs(per_host={"gpus": 1})
 late = get_meter().create_counter("test.late")  # after: an instrument of the SDK
 assert pickle.loads(pickle.dumps(late)) is late  # in one process, the same instrument
 assert repr(late) == "<monarch counter 'test.late'>", repr(late)
+from opentelemetry import metrics
+assert isinstance(early, metrics.Counter) and isinstance(late, metrics.Counter)
 procs.spawn("counting", Counting).count.call_one().get()
 procs.stop().get()
 """

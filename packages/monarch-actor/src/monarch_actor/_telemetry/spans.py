@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any, ParamSpec, TypeVar, cast, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -339,14 +339,12 @@ class _Instrument:
     process's instrument of the same kind and name, recording to its own
     provider. The instrument itself (the SDK's holds locks) never travels."""
 
-    __slots__ = ("_inner", "_made_by")
-
     def __init__(self, made_by: tuple[str, tuple[Any, ...], dict[str, Any]], inner: Any) -> None:
         self._made_by = made_by
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
-        if name in _Instrument.__slots__:  # not set yet: no recursion through _inner
+        if name in ("_inner", "_made_by"):  # not set yet: no recursion through _inner
             raise AttributeError(name)
         return getattr(self._inner, name)
 
@@ -359,6 +357,41 @@ class _Instrument:
         return f"<monarch {kind.removeprefix('create_')} {name!r}>"
 
 
+class _Counter(_Instrument, metrics.Counter):
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        self._inner.add(*args, **kwargs)
+
+
+class _UpDownCounter(_Instrument, metrics.UpDownCounter):
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        self._inner.add(*args, **kwargs)
+
+
+class _Histogram(_Instrument, metrics.Histogram):
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        self._inner.record(*args, **kwargs)
+
+
+class _ObservableCounter(_Instrument, metrics.ObservableCounter):
+    pass
+
+
+class _ObservableUpDownCounter(_Instrument, metrics.ObservableUpDownCounter):
+    pass
+
+
+class _ObservableGauge(_Instrument, metrics.ObservableGauge):
+    pass
+
+
+_KINDS: dict[str, type[_Instrument]] = {
+    "create_counter": _Counter,
+    "create_up_down_counter": _UpDownCounter,
+    "create_histogram": _Histogram,
+    "create_observable_counter": _ObservableCounter,
+    "create_observable_up_down_counter": _ObservableUpDownCounter,
+    "create_observable_gauge": _ObservableGauge,
+}  # any other kind (a gauge, where the API has it) is a plain _Instrument
 _instruments: dict[Any, _Instrument] = {}  # made by _instrument, to make each one once
 
 
@@ -370,9 +403,10 @@ def _instrument(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
         hash(key)
     except TypeError:
         key = None
-    found: _Instrument | None = _instruments.get(key) if key is not None else None
+    found = _instruments.get(key) if key is not None else None
     if found is None:
-        found = _Instrument((kind, args, kwargs), getattr(_meter, kind)(*args, **kwargs))
+        inner = getattr(_meter, kind)(*args, **kwargs)
+        found = _KINDS.get(kind, _Instrument)((kind, args, kwargs), inner)
         if key is not None:
             _instruments[key] = found
     return found
@@ -383,32 +417,35 @@ class _Meter(metrics.Meter):
     instruments pickle (``_Instrument``)."""
 
     def create_counter(self, *args: Any, **kwargs: Any) -> metrics.Counter:
-        return cast(metrics.Counter, _instrument("create_counter", args, kwargs))
+        made: _Counter = _instrument("create_counter", args, kwargs)
+        return made
 
     def create_up_down_counter(self, *args: Any, **kwargs: Any) -> metrics.UpDownCounter:
-        return cast(metrics.UpDownCounter, _instrument("create_up_down_counter", args, kwargs))
+        made: _UpDownCounter = _instrument("create_up_down_counter", args, kwargs)
+        return made
 
     def create_histogram(self, *args: Any, **kwargs: Any) -> metrics.Histogram:
-        return cast(metrics.Histogram, _instrument("create_histogram", args, kwargs))
+        made: _Histogram = _instrument("create_histogram", args, kwargs)
+        return made
 
     def create_gauge(self, *args: Any, **kwargs: Any) -> Any:  # metrics.Gauge, where the API has it
         return _instrument("create_gauge", args, kwargs)
 
     def create_observable_counter(self, *args: Any, **kwargs: Any) -> metrics.ObservableCounter:
-        return cast(
-            metrics.ObservableCounter, _instrument("create_observable_counter", args, kwargs)
-        )
+        made: _ObservableCounter = _instrument("create_observable_counter", args, kwargs)
+        return made
 
     def create_observable_up_down_counter(
         self, *args: Any, **kwargs: Any
     ) -> metrics.ObservableUpDownCounter:
-        return cast(
-            metrics.ObservableUpDownCounter,
-            _instrument("create_observable_up_down_counter", args, kwargs),
+        made: _ObservableUpDownCounter = _instrument(
+            "create_observable_up_down_counter", args, kwargs
         )
+        return made
 
     def create_observable_gauge(self, *args: Any, **kwargs: Any) -> metrics.ObservableGauge:
-        return cast(metrics.ObservableGauge, _instrument("create_observable_gauge", args, kwargs))
+        made: _ObservableGauge = _instrument("create_observable_gauge", args, kwargs)
+        return made
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (get_meter, ())

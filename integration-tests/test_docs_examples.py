@@ -19,12 +19,17 @@ PAGES = sorted([*ROOT.glob("docs/**/*.md"), ROOT / "README.md", *ROOT.glob("pack
 FENCE = re.compile(r"^```(?P<lang>[\w-]+)[^\n]*\n(?P<code>.*?)^```", re.M | re.S)
 
 
+# a block that only includes a file (pymdownx.snippets) shows a script of the
+# examples gallery: integration-tests/test_examples_gallery.py runs those
+INCLUDE = re.compile(r'^--8<-- "[^"\n]+"\n$')
+
+
 def blocks(page: Path, lang: str) -> list[tuple[int, str]]:
     text = page.read_text()
     return [
         (text.count("\n", 0, m.start()) + 1, m["code"])
         for m in FENCE.finditer(text)
-        if m["lang"] == lang
+        if m["lang"] == lang and not INCLUDE.match(m["code"])
     ]
 
 

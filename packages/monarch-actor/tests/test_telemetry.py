@@ -219,6 +219,56 @@ def test_the_controller_exports_its_actors_spans_when_the_setting_is_on(otlp):
     assert {s["resource"]["monarch.process.role"] for s in otlp.spans} == {"controller"}
 
 
+METER_SCRIPT = """
+import pickle
+from monarch_actor import Actor, endpoint, get_meter, this_host
+
+early = get_meter().create_counter("test.early")  # before the runtime sets up the SDK
+
+
+class Counting(Actor):
+    @endpoint
+    def count(self) -> None:  # the class travels by value: with it, the globals it uses
+        early.add(1)
+        late.add(2)
+
+
+procs = this_host().spawn_procs(per_host={"gpus": 1})
+late = get_meter().create_counter("test.late")  # after: an instrument of the SDK
+assert pickle.loads(pickle.dumps(late)) is late  # in one process, the same instrument
+assert repr(late) == "<monarch counter 'test.late'>", repr(late)
+from opentelemetry import metrics
+assert isinstance(early, metrics.Counter) and isinstance(late, metrics.Counter)
+procs.spawn("counting", Counting).count.call_one().get()
+procs.stop().get()
+"""
+
+
+def test_instruments_used_by_an_actor_of_main_travel_to_its_proc_by_name(otlp):
+    done = subprocess.run(
+        [sys.executable, "-c", METER_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "ENABLE_OTEL_METRICS": "1",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        },
+    )
+    assert done.returncode == 0, done.stderr
+
+    def counted() -> dict:
+        return {
+            p["name"]: p["value"]
+            for p in otlp.points
+            if p["resource"].get("monarch.process.role") == "proc"
+        }
+
+    assert otlp.wait_for(lambda: counted() == {"test.early": 1, "test.late": 2}), otlp.points
+
+
 def test_an_actor_with_an_unset_setting_has_no_sdk():
     result = run_controller(False)
     assert result["provider"] == "opentelemetry.trace"

@@ -332,12 +332,137 @@ def _wrap(function: Callable[..., Any], label: str) -> Callable[..., Any]:
 # -- metrics ----------------------------------------------------------------------------
 
 
+class _Instrument:
+    """An instrument of Monarch's meter, as its ``create_*`` made it, that
+    pickles as the call that made it: sent to another process (a global of a
+    class or function from ``__main__``, an endpoint's argument), it is that
+    process's instrument of the same kind and name, recording to its own
+    provider. The instrument itself (the SDK's holds locks) never travels."""
+
+    def __init__(self, made_by: tuple[str, tuple[Any, ...], dict[str, Any]], inner: Any) -> None:
+        self._made_by = made_by
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_inner", "_made_by"):  # not set yet: no recursion through _inner
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_instrument, self._made_by)
+
+    def __repr__(self) -> str:
+        kind, args, kwargs = self._made_by
+        name = args[0] if args else kwargs.get("name")
+        return f"<monarch {kind.removeprefix('create_')} {name!r}>"
+
+
+class _Counter(_Instrument, metrics.Counter):
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        self._inner.add(*args, **kwargs)
+
+
+class _UpDownCounter(_Instrument, metrics.UpDownCounter):
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        self._inner.add(*args, **kwargs)
+
+
+class _Histogram(_Instrument, metrics.Histogram):
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        self._inner.record(*args, **kwargs)
+
+
+class _ObservableCounter(_Instrument, metrics.ObservableCounter):
+    pass
+
+
+class _ObservableUpDownCounter(_Instrument, metrics.ObservableUpDownCounter):
+    pass
+
+
+class _ObservableGauge(_Instrument, metrics.ObservableGauge):
+    pass
+
+
+_KINDS: dict[str, type[_Instrument]] = {
+    "create_counter": _Counter,
+    "create_up_down_counter": _UpDownCounter,
+    "create_histogram": _Histogram,
+    "create_observable_counter": _ObservableCounter,
+    "create_observable_up_down_counter": _ObservableUpDownCounter,
+    "create_observable_gauge": _ObservableGauge,
+}  # any other kind (a gauge, where the API has it) is a plain _Instrument
+_instruments: dict[Any, _Instrument] = {}  # made by _instrument, to make each one once
+
+
+def _instrument(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The instrument ``_meter.<kind>(*args, **kwargs)`` makes, made once per process
+    (an instrument with callbacks is made each time: its callbacks tell it apart)."""
+    try:
+        key: Any = (kind, args, tuple(sorted(kwargs.items())))
+        hash(key)
+    except TypeError:
+        key = None
+    found = _instruments.get(key) if key is not None else None
+    if found is None:
+        inner = getattr(_meter, kind)(*args, **kwargs)
+        found = _KINDS.get(kind, _Instrument)((kind, args, kwargs), inner)
+        if key is not None:
+            _instruments[key] = found
+    return found
+
+
+class _Meter(metrics.Meter):
+    """Monarch's meter: the proxy meter of scope ``monarch``, whose
+    instruments pickle (``_Instrument``)."""
+
+    def create_counter(self, *args: Any, **kwargs: Any) -> metrics.Counter:
+        made: _Counter = _instrument("create_counter", args, kwargs)
+        return made
+
+    def create_up_down_counter(self, *args: Any, **kwargs: Any) -> metrics.UpDownCounter:
+        made: _UpDownCounter = _instrument("create_up_down_counter", args, kwargs)
+        return made
+
+    def create_histogram(self, *args: Any, **kwargs: Any) -> metrics.Histogram:
+        made: _Histogram = _instrument("create_histogram", args, kwargs)
+        return made
+
+    def create_gauge(self, *args: Any, **kwargs: Any) -> Any:  # metrics.Gauge, where the API has it
+        return _instrument("create_gauge", args, kwargs)
+
+    def create_observable_counter(self, *args: Any, **kwargs: Any) -> metrics.ObservableCounter:
+        made: _ObservableCounter = _instrument("create_observable_counter", args, kwargs)
+        return made
+
+    def create_observable_up_down_counter(
+        self, *args: Any, **kwargs: Any
+    ) -> metrics.ObservableUpDownCounter:
+        made: _ObservableUpDownCounter = _instrument(
+            "create_observable_up_down_counter", args, kwargs
+        )
+        return made
+
+    def create_observable_gauge(self, *args: Any, **kwargs: Any) -> metrics.ObservableGauge:
+        made: _ObservableGauge = _instrument("create_observable_gauge", args, kwargs)
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (get_meter, ())
+
+
+_monarch_meter = _Meter(SCOPE)
+
+
 def get_meter() -> metrics.Meter:
     """Monarch's process-global OpenTelemetry meter.
 
     Instruments made from it record nothing until a meter provider is set
     in the process (by the program, or by ``ENABLE_OTEL_METRICS``); those
-    made before then start recording once one is.
+    made before then start recording once one is. They pickle by kind and
+    name: a counter that an actor's code uses from a global of ``__main__``
+    (or gets as an argument) is, in the actor's process, that process's
+    counter of the same name.
 
     Returns:
         The meter of the instrumentation scope ``monarch``.
@@ -347,4 +472,4 @@ def get_meter() -> metrics.Meter:
         >>> steps = get_meter().create_counter("train.steps")
         >>> steps.add(1, {"phase": "warmup"})
     """
-    return _meter
+    return _monarch_meter

@@ -91,9 +91,7 @@ def tour_actors(procs_per_host: int) -> None:
     console.print("  workers.bump.broadcast()                              [dim]# every worker[/]")
     workers.slice(gpus=slice(0, None, 2)).bump.broadcast()
     console.print("  workers.slice(gpus=slice(0, None, 2)).bump.broadcast()  [dim]# even gpus[/]")
-    table = Table(
-        title="workers.report.call().get(): one answer per worker", title_justify="left"
-    )
+    table = Table(title="workers.report.call().get(): one answer per worker", title_justify="left")
     for column in ("point", "rank", "pid", "count"):
         table.add_column(column)
     for point, (pid, count, rank) in workers.report.call().get():

@@ -1,12 +1,14 @@
-// Long code names in table cells (MONARCH_RDMA_TCP_FALLBACK_PARALLELISM,
-// monarch_transport.ChannelTransport) may wrap after "_", "." or "/", never
-// inside a word: a <wbr> goes after each, which copying leaves out. The first
-// column keeps its names on one line (stylesheets/extra.css).
+// Long code names (over 16 characters) in table cells, such as
+// MONARCH_RDMA_TCP_FALLBACK_PARALLELISM or monarch_transport.ChannelTransport,
+// may wrap after "_", "." or "/", never inside a word: a <wbr> goes after
+// each, which copying leaves out. Shorter names stay whole
+// (stylesheets/extra.css), so a table fits its page without cutting a name.
 // document$ is Material's page-load signal, instant navigation included.
 document$.subscribe(function () {
-  document.querySelectorAll(".md-typeset table:not([class]) td:not(:first-child) code").forEach(function (code) {
-    if (code.dataset.wbr) return;
+  document.querySelectorAll(".md-typeset table:not([class]) td code").forEach(function (code) {
+    if (code.dataset.wbr || code.textContent.length <= 16) return;
     code.dataset.wbr = "1";
+    code.style.whiteSpace = "normal";  // the first column's names are kept on one line otherwise
     const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
     const texts = [];
     while (walker.nextNode()) texts.push(walker.currentNode);

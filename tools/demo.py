@@ -1,8 +1,10 @@
 """The project's demo: a tour of what runs today on this host.
 
-Run it with ``pip install hatch && hatch run demo`` from the repository root.
-Today: actors on this host, then the mesh algebra under them; the tour grows
-with each capability.
+Run it with ``pip install hatch && hatch run demo:tour`` from the repository
+root. Its environment (``[tool.hatch.envs.demo]``) holds only what the tour
+imports: the actor runtime and the mesh algebra, no torch, no test tools, so
+the first run is quick. It shows actors on this host, then the mesh algebra
+under them, and ends with where to go next.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from monarch.actor import Actor, ActorError, context, endpoint, this_host
+# monarch_actor is what `monarch.actor` re-exports; importing it directly keeps the
+# demo's environment free of torch (the `monarch` meta-package brings monarch-tensor)
+from monarch_actor import Actor, ActorError, current_rank, endpoint, this_host
 from monarch_mesh import RoutingTree, Selection, Shape, Slice
 
 console = Console()
@@ -50,9 +54,8 @@ class Worker(Actor):
         self.count += 1
 
     @endpoint
-    def report(self) -> tuple[int, int, str]:
-        rank = context().actor_instance.rank
-        return os.getpid(), self.count, os.environ["RANK"] + f"/{rank}"
+    def report(self) -> tuple[int, int, int]:
+        return os.getpid(), self.count, current_rank().rank
 
     @endpoint
     def ping(self) -> None:
@@ -61,6 +64,16 @@ class Worker(Actor):
     @endpoint
     def divide(self, a: float, b: float) -> float:
         return a / b
+
+
+def intro(procs: int) -> None:
+    console.print(
+        "[bold]Monarch in Python: a tour[/]\n"
+        "One script, the [italic]controller[/], starts processes, puts an actor in each,\n"
+        f"and sends them messages. Part 1 does that for real, with {procs} processes on this\n"
+        "machine. Parts 2 to 5 show the mesh algebra that names, slices and routes to\n"
+        "those processes; they compute on an imagined cluster and start nothing.\n"
+    )
 
 
 def tour_actors(procs_per_host: int) -> None:
@@ -73,14 +86,19 @@ def tour_actors(procs_per_host: int) -> None:
         f"spawned {procs_per_host} processes and a Worker in each: "
         f"{(time.perf_counter() - start) * 1e3:.0f} ms"
     )
+    console.print("[dim]each Worker counts the bump messages it gets. Two broadcasts:[/]")
     workers.bump.broadcast()
+    console.print("  workers.bump.broadcast()                              [dim]# every worker[/]")
     workers.slice(gpus=slice(0, None, 2)).bump.broadcast()
-    table = Table(title="workers.report.call().get()", title_justify="left")
-    for column in ("point", "pid", "count", "RANK/rank"):
+    console.print("  workers.slice(gpus=slice(0, None, 2)).bump.broadcast()  [dim]# even gpus[/]")
+    table = Table(title="workers.report.call().get(): one answer per worker", title_justify="left")
+    for column in ("point", "rank", "pid", "count"):
         table.add_column(column)
     for point, (pid, count, rank) in workers.report.call().get():
-        table.add_row(str(point), str(pid), str(count), rank)
+        where = ", ".join(f"{dim}={i}" for dim, i in point.items())
+        table.add_row(where, str(rank), str(pid), str(count))
     console.print(table)
+    console.print("[dim]count is 2 on the even gpus (both broadcasts), 1 elsewhere.[/]")
     one = workers.slice(gpus=1)
     times = []
     for _ in range(200):
@@ -101,6 +119,10 @@ def tour_actors(procs_per_host: int) -> None:
 
 def tour_slicing(mesh: Shape) -> None:
     console.rule("[bold]2. A mesh and its slices")
+    console.print(
+        "[dim]an imagined cluster: hosts x gpus, one rank per process. Slicing by name\n"
+        "picks processes the way workers.slice(...) did in part 1.[/]"
+    )
     console.print(f"mesh = Shape({mesh.labels}, Slice.new_row_major({mesh.ndslice.sizes}))")
     console.print(f"extent: {mesh.extent}    ranks: {len(mesh)}\n")
     examples = [
@@ -118,11 +140,20 @@ def tour_slicing(mesh: Shape) -> None:
     console.print(f"mesh.flatten('rank')                         ->  {mesh.flatten('rank')}\n")
 
 
+SELECTIONS = [
+    ("(*, 0)", "gpu 0 of every host"),
+    ("(0, *) | (*, 7)", "all of host 0, or gpu 7 of any host"),
+    ("((0, *) | (*, 0)) & (0:2, 0:4)", "the same idea, cut to hosts 0-1 and gpus 0-3"),
+    ("(?, *)", "one host picked at random, all its gpus: run the tour again for another"),
+]
+
+
 def tour_selection(mesh: Shape) -> None:
     console.rule("[bold]3. Selections")
-    for text in ["(*, 0)", "(0, *) | (*, 7)", "((0, *) | (*, 0)) & (0:2, 0:4)", "(?, *)"]:
+    console.print("[dim]a selection is a pattern over the mesh, one term per dimension.[/]")
+    for text, meaning in SELECTIONS:
         picked = Selection.from_string(text).eval(mesh)
-        console.print(grid(mesh, picked, f"Selection.from_string({text!r})"))
+        console.print(grid(mesh, picked, f"Selection.from_string({text!r}): {meaning}"))
     try:
         Selection.from_string("(0, 1 2)")
     except ValueError as error:
@@ -132,6 +163,10 @@ def tour_selection(mesh: Shape) -> None:
 
 def tour_routing(mesh: Shape, fanout: int) -> None:
     console.rule(f"[bold]4. The multicast tree of a broadcast (fan-out {fanout})")
+    console.print(
+        "[dim]a broadcast is not sent to every rank by the controller: each rank forwards\n"
+        f"it to at most {fanout} others, down this tree.[/]"
+    )
     tree = RoutingTree(mesh, fanout)
     root = Tree(f"[bold]controller[/] -> rank {tree.root}")
     nodes = {tree.root: root}
@@ -144,6 +179,7 @@ def tour_routing(mesh: Shape, fanout: int) -> None:
 
 def tour_scale() -> None:
     console.rule("[bold]5. At scale: a million ranks, never enumerated")
+    console.print("[dim]the same algebra on 125,000 hosts x 8 gpus, computed, not listed.[/]")
     big = Shape(["hosts", "gpus"], Slice.new_row_major([125_000, 8]))
     start = time.perf_counter()
     sliced = big.index(hosts=slice(1000, None, 7), gpus=slice(0, 8, 2))
@@ -159,7 +195,24 @@ def tour_scale() -> None:
     console.print(
         f"route to rank 999,999: {' <- '.join(f'{r:,}' for r in path)} (depth {tree.depth})"
     )
-    console.print(f"[green]all of the above took {elapsed:.2f} ms[/]")
+    console.print(f"[green]all of the above took {elapsed:.2f} ms[/]\n")
+
+
+def where_next() -> None:
+    console.rule("[bold]Where to go next")
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for what, where in [
+        ("learn, step by step", "docs/tutorials/getting-started.md"),
+        ("run these docs' code", "hatch shell, then python; or see docs/install.md"),
+        ("a torchrun script on a mesh", "docs/how-to/spmd.md"),
+        ("Slurm, Kubernetes", "docs/how-to/slurm.md, docs/how-to/kubernetes.md"),
+        ("coming from Meta's Monarch", "docs/how-to/migrate-from-monarch.md"),
+        ("the whole site", "pip install hatch && hatch run docs:serve"),
+    ]:
+        table.add_row(what, where)
+    console.print(table)
 
 
 def main() -> None:
@@ -176,11 +229,13 @@ def main() -> None:
     if not 2 <= args.procs <= 64:
         parser.error("--procs must be between 2 and 64")
     mesh = Shape(["hosts", "gpus"], Slice.new_row_major([args.hosts, args.gpus]))
+    intro(args.procs)
     tour_actors(args.procs)
     tour_slicing(mesh)
     tour_selection(mesh)
     tour_routing(mesh, args.fanout)
     tour_scale()
+    where_next()
 
 
 if __name__ == "__main__":

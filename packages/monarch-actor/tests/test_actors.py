@@ -312,6 +312,32 @@ def test_get_inside_an_async_endpoint_works(procs):
     assert procs.spawn("blocking", Blocking).slice(gpus=1).ask.call_one(counters).get(10) == 8
 
 
+def test_get_in_a_running_loop_warns_except_from_top_level_code_as_a_notebook_runs_it():
+    """Jupyter runs a cell's plain code inside the kernel's event loop: a
+    `.get()` there is the cell's own blocking call, not async code that
+    should await, so it does not warn; inside a function it still does."""
+    import warnings
+
+    local = this_proc().spawn("loopy", Probe)
+
+    async def kernel() -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cell = compile("value = local.sleep.call_one(0.05).get()", "<cell>", "exec")
+            namespace = {"local": local}
+            exec(cell, namespace)  # a cell's top level, as IPython runs it
+            assert namespace["value"] == 0.05
+            assert not [w for w in caught if "active event loop" in str(w.message)]
+
+            def helper() -> float:
+                return local.sleep.call_one(0.05).get()
+
+            assert helper() == 0.05
+            assert [w for w in caught if "active event loop" in str(w.message)]
+
+    asyncio.run(kernel())
+
+
 def test_returns_future_starts_the_body_only_when_waited_for():
     from monarch_actor import returns_future
 

@@ -233,3 +233,17 @@ def test_reduce_in_place_changes_the_tensor(procs):
         same = t.reduce_(("hosts", "gpus"), "sum")
         assert same is t
     assert fetch_shard(t, hosts=1, gpus=1).get(timeout=60).tolist() == [4.0, 4.0]
+
+
+def test_numpy_is_a_dependency():
+    """torch warns "Failed to initialize NumPy" on import where numpy is
+    missing, and a plain `pip install monarch-tensor` does not bring it
+    otherwise: the package declares it."""
+    import importlib.metadata
+    import re
+
+    requires = importlib.metadata.requires("monarch-tensor") or []
+    names = {
+        re.split(r"[ ;<>=!~\[]", r, maxsplit=1)[0].lower() for r in requires if "extra" not in r
+    }
+    assert {"torch", "numpy"} <= names, requires

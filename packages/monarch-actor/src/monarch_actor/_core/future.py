@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import sys
 import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
@@ -47,7 +48,9 @@ class Future(Generic[R]):
         """Wait for the result, blocking the calling thread.
 
         Called from inside a running event loop it warns, since it blocks the
-        loop: use ``await`` there.
+        loop: use ``await`` there. Not from a notebook cell's (or an IPython
+        prompt's) own code, which runs inside the kernel's loop although it
+        is plain code: blocking there is what every other call in the cell does.
 
         Args:
             timeout: the most seconds to wait; ``None`` waits as long as it takes.
@@ -63,7 +66,7 @@ class Future(Generic[R]):
             not isinstance(timeout, int | float) or timeout < 0 or not math.isfinite(timeout)
         ):
             raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
-        if not self._cf.done() and _loop_running_here():
+        if not self._cf.done() and _loop_running_here() and not _called_from_top_level():
             warnings.warn(
                 "Future.get() was called from within an active event loop: it blocks the "
                 "loop until the result arrives; use `await future` in async code instead",
@@ -132,6 +135,17 @@ class Future(Generic[R]):
     def __repr__(self) -> str:
         state = "done" if self._cf.done() else "pending"
         return f"<monarch Future {state}>"
+
+
+def _called_from_top_level() -> bool:
+    """Whether the code that asked for the result (the first frame outside this
+    module) is a module's or a cell's top level, not a function: in a running
+    loop, that is Jupyter or IPython running a cell inside the kernel's loop
+    (a plain script's top level never runs inside one)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame is not None and frame.f_code.co_name == "<module>"
 
 
 def _loop_running_here() -> bool:

@@ -6,10 +6,12 @@ and rank 0 drives it as a job."""
 
 import json
 import os
+import sys
 import textwrap
 from dataclasses import dataclass, field
 
 import pytest
+from slurm_cluster import NO_REAL_SLURM, cluster_nodes, free_port
 
 from monarch_launcher import JobError, Unsupported
 from monarch_launcher.spmd import SPMDJob, StoreJob, serve
@@ -131,6 +133,39 @@ def test_serve_appdef_two_hosts_wrapper_entrypoint_and_env(torch_env):
             assert (seen["WORLD_SIZE"], seen["GROUP_WORLD_SIZE"]) == ("4", "2")
     finally:
         job.kill()
+
+
+@pytest.mark.skipif(NO_REAL_SLURM is not None, reason=str(NO_REAL_SLURM))
+def test_serve_on_slurm_runs_ddp_on_every_node(torch_env):
+    nodes = min(2, cluster_nodes())
+    script = torch_env / "train.py"
+    script.write_text(TRAIN)
+    command = ["torchrun", f"--nnodes={nodes}", "--nproc-per-node=2", str(script), str(torch_env)]
+    app = AppDef("ddp", [Role("trainer", "", command[0], command[1:], num_replicas=nodes)])
+    job = serve(
+        app,
+        scheduler="slurm",
+        scheduler_cfg={
+            "time": "00:10:00",
+            "exclusive": False,
+            "job_dir": str(torch_env),
+            # the nodes of a one-machine cluster share its address: their workers take
+            # consecutive ports
+            "monarch_port": free_port(nodes),
+            "python_exe": sys.executable,
+        },
+    )
+    try:
+        job.run_spmd()
+        ranks = read_ranks(torch_env, 2 * nodes)
+        assert {seen["sum"] for seen in ranks} == {float(sum(range(1, 2 * nodes + 1)))}
+        assert [seen["GROUP_RANK"] for seen in ranks] == [str(r // 2) for r in range(2 * nodes)]
+        assert {seen["WORLD_SIZE"] for seen in ranks} == {str(2 * nodes)}
+        slurm_id = job.state(cached_path=None).workers  # the job is Slurm's, and alive
+        assert slurm_id.extent.labels == ["hosts"]
+    finally:
+        job.kill()
+    assert not job.active
 
 
 def test_a_failing_script_raises_and_the_job_still_runs(torch_env):

@@ -3,12 +3,9 @@ life against a real Slurm where one answers (``tools/slurm-cluster start``
 makes one on this machine, as CI does: nodes n0 and n1, both at 127.0.0.1,
 so their workers take consecutive ports)."""
 
-import contextlib
 import json
 import os
-import random
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,48 +14,13 @@ import time
 
 import pytest
 from launcher_actors import Probe, parent_of
+from slurm_cluster import NO_REAL_SLURM, cluster_nodes, free_port
 
 from monarch_launcher import JobError, SlurmJob, Unsupported, job_load
 from monarch_launcher._procutil import LocalProcess
 from monarch_launcher._slurm import slurm_worker_addresses
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def real_slurm() -> str | None:
-    """Why the real-Slurm test cannot run here, or None when a cluster answers."""
-    if shutil.which("sbatch") is None:
-        return "no Slurm here: sbatch is not on PATH"
-    try:
-        done = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"Slurm's commands are installed but sinfo fails: {error}"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"Slurm's commands are installed but no cluster answers ({last})"
-    return None
-
-
-NO_REAL_SLURM = real_slurm()
-
-
-def free_port(count: int = 1) -> int:
-    """The first of ``count`` consecutive free ports, below Linux's ephemeral
-    range (32768 up): a port the kernel hands out could be taken by an
-    outgoing connection before a worker binds it, as SlurmJob's default
-    (22222) could not."""
-    rng = random.Random()
-    for _ in range(1000):
-        first = rng.randrange(20000, 32000 - count)
-        with contextlib.ExitStack() as held:
-            try:
-                for port in range(first, first + count):
-                    s = held.enter_context(socket.socket())
-                    s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return first
-    raise RuntimeError("no free ports between 20000 and 32000")
 
 
 # -- the batch script ---------------------------------------------------------------------
@@ -197,11 +159,6 @@ def test_without_slurm_apply_says_where_to_run(tmp_path, monkeypatch):
 # -- against a real Slurm ------------------------------------------------------------------
 
 needs_slurm = pytest.mark.skipif(NO_REAL_SLURM is not None, reason=str(NO_REAL_SLURM))
-
-
-def cluster_nodes() -> int:
-    done = subprocess.run(["sinfo", "-h", "-o", "%D"], capture_output=True, text=True, timeout=30)
-    return sum(int(n) for n in done.stdout.split())
 
 
 def queued_state(job_id: str) -> str | None:

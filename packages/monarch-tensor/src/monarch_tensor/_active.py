@@ -1,20 +1,17 @@
-"""What is active at the controller: the device meshes of the enclosing
-``activate()`` blocks, the streams of ``stream.activate()`` blocks, and
-``no_mesh`` (plain torch inside an active block)."""
+"""What is active at the controller: the streams of ``stream.activate()``
+blocks, and ``no_mesh`` (plain torch inside an active block). The device
+meshes of the enclosing ``activate()`` blocks are ``_tensor.meshes`` (a
+tensor's mesh is what the tensors module knows of it)."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._mesh import DeviceMesh
+__all__ = ["no_mesh", "streams", "suspended"]
 
-__all__ = ["meshes", "no_mesh", "streams", "suspended"]
-
-meshes: list[DeviceMesh] = []  # innermost last
 streams: list[Any] = []  # Stream, innermost last
 _local = threading.local()
 

@@ -25,17 +25,19 @@ from monarch_actor.extension import (
     transform_arguments,
 )
 
-from ._active import meshes, suspended
+from ._active import suspended
 from ._fetch import coordinates
-from ._mesh import DeviceMesh, activation, device_mesh
+from ._mesh import activation, device_mesh
 from ._table import Shard
 from ._tensor import (
     Prepared,
     Tensor,
+    TensorMesh,
     emit,
     faking,
     get_active_stream,
     incorrect,
+    meshes,
     new_ref,
     prepare,
     run_fake,
@@ -286,10 +288,10 @@ def rref(endpoint: ActorEndpoint[..., Any], args: tuple[Any, ...], kwargs: dict[
     return pytree.tree_unflatten(made, spec)
 
 
-def _check_same_processes(actors: ActorMesh[Any], mesh: DeviceMesh, name: str) -> None:
+def _check_same_processes(actors: ActorMesh[Any], mesh: TensorMesh, name: str) -> None:
     ranks = set(mesh_shape(actors).ndslice)
     same = proc_mesh_id(actor_procs(actors)) == proc_mesh_id(mesh._procs)
-    if not same or not ranks <= set(mesh_shape(mesh).ndslice):
+    if not same or not ranks <= set(mesh_shape(mesh._procs).ndslice):
         raise incorrect(
             f"WRONG_MESH: {name}: the actors are not on the processes of {mesh!r} (spawn them "
             "on the proc mesh you activated)"

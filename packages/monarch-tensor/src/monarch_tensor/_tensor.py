@@ -18,20 +18,18 @@ import logging
 import sys
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from ._active import meshes, streams, suspend, suspended
+from monarch_actor import ActorMesh, ProcMesh
+
+from ._active import streams, suspend, suspended
 from ._table import Ref
-
-if TYPE_CHECKING:
-    from monarch_actor import ProcMesh
-
-    from ._mesh import DeviceMesh
+from ._worker import TensorPeer, TensorWorker
 
 __all__ = [
     "FAKE",
@@ -39,12 +37,14 @@ __all__ = [
     "Borrow",
     "Stream",
     "Tensor",
+    "TensorMesh",
     "dispatch",
     "emit",
     "faking",
     "get_active_mesh",
     "get_active_stream",
     "incorrect",
+    "meshes",
     "new_ref",
     "prepare",
     "where",
@@ -82,12 +82,69 @@ def where(name: str) -> str:
     return f"{name} (at {frame.f_code.co_filename}:{frame.f_lineno})"
 
 
+class TensorMesh(Protocol):
+    """A device mesh as its distributed tensors and their operations see it
+    (``DeviceMesh``, made above this module from a proc mesh, is the one
+    kind): its dimensions, its activation, the commands it sends its
+    processes' workers, and the reductions and moves of a tensor on it."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The mesh's dimension names."""
+        ...
+
+    def size(self, dim: str | Sequence[str] | None = None) -> int:
+        """The number of processes along ``dim`` (all of them by default)."""
+        ...
+
+    def activate(self) -> contextlib.AbstractContextManager[TensorMesh]:
+        """Make this mesh the active one for the ``with`` block."""
+        ...
+
+    def flush(self) -> None:
+        """Send the commands issued so far."""
+        ...
+
+    @property
+    def _procs(self) -> ProcMesh: ...
+
+    @property
+    def _peers(self) -> ActorMesh[TensorPeer]: ...
+
+    def _worker(self, stream: str) -> ActorMesh[TensorWorker]: ...
+
+    def _send(self, stream: str, command: tuple[Any, ...]) -> None: ...
+
+    def _drop(self, stream: str, ref: int) -> None: ...
+
+    def _reduce(
+        self,
+        tensor: Tensor,
+        dims: str | Sequence[str],
+        reduction: str,
+        scatter: bool,
+        mesh: object,
+        inplace: bool,
+    ) -> Tensor: ...
+
+    def _to_mesh(
+        self,
+        tensor: Tensor,
+        coords: dict[str, int],
+        mesh: TensorMesh | ProcMesh,
+        stream: Stream | None,
+    ) -> Tensor: ...
+
+
+meshes: list[TensorMesh] = []  # of the enclosing activate() blocks, innermost last
+
+
 def incorrect(message: str) -> TypeError:
     """Monarch's error for arguments an operation cannot take."""
     return TypeError(f"Incorrect arguments to monarch operation: {message}")
 
 
-def get_active_mesh() -> DeviceMesh:
+def get_active_mesh() -> TensorMesh:
     """The ``DeviceMesh`` of the innermost ``activate()`` block."""
     if not meshes or suspended():
         raise ValueError("no device mesh is active")
@@ -230,14 +287,14 @@ class Tensor(torch.Tensor):
     processes (``fetch_shard`` brings one shard back)."""
 
     _fake: torch.Tensor
-    _mesh: DeviceMesh
+    _mesh: TensorMesh
     _ref: int
     _stream: Stream
     _lent: list[Borrow]
     _borrow: Borrow | None
 
     @staticmethod
-    def __new__(cls, fake: torch.Tensor, mesh: DeviceMesh, ref: int, stream: Stream) -> Tensor:
+    def __new__(cls, fake: torch.Tensor, mesh: TensorMesh, ref: int, stream: Stream) -> Tensor:
         with torch._C.DisableTorchFunction():  # reading the fake's metadata is not an operation
             made: Tensor = torch.Tensor._make_wrapper_subclass(
                 cls,
@@ -270,7 +327,7 @@ class Tensor(torch.Tensor):
         )
 
     @property
-    def mesh(self) -> DeviceMesh:
+    def mesh(self) -> TensorMesh:
         """The mesh whose processes hold this tensor."""
         return self._mesh
 
@@ -354,7 +411,7 @@ class Tensor(torch.Tensor):
         reduced: Tensor = self._mesh._reduce(self, dims, reduction, scatter, mesh, True)
         return reduced
 
-    def to_mesh(self, mesh: DeviceMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
+    def to_mesh(self, mesh: TensorMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
         """This tensor on another mesh whose dimensions have the same names and sizes.
 
         A dimension of ``mesh`` that this tensor's mesh lacks gets a copy of the
@@ -422,7 +479,7 @@ class MeshSliceTensor:
         self.tensor = tensor
         self.coords = coords
 
-    def to_mesh(self, mesh: DeviceMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
+    def to_mesh(self, mesh: TensorMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
         """These shards on ``mesh``, whose dimensions are the remaining (unsliced) ones.
 
         Args:
@@ -462,7 +519,7 @@ class Prepared:
     __slots__ = ("fake_args", "fake_kwargs", "inputs", "mesh", "sent", "stream")
 
     def __init__(self) -> None:
-        self.mesh: DeviceMesh | None = None
+        self.mesh: TensorMesh | None = None
         self.stream: Stream | None = None
         self.inputs: dict[int, Tensor] = {}
         self.fake_args: Any = ()

@@ -110,9 +110,7 @@ class ActorEndpoint(Generic[P, R]):
         plain: the method is not marked ``@endpoint`` (see ``as_endpoint``).
     """
 
-    def __init__(
-        self, mesh: Messaged, prop: Declared, plain: bool = False
-    ) -> None:
+    def __init__(self, mesh: Messaged, prop: Declared, plain: bool = False) -> None:
         self._mesh = mesh
         self._prop = prop
         self._name = prop.name

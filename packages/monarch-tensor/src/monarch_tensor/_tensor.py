@@ -17,7 +17,7 @@ import itertools
 import logging
 import sys
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -29,7 +29,7 @@ from monarch_actor import ActorMesh, ProcMesh
 
 from ._active import streams, suspend, suspended
 from ._table import Ref
-from ._worker import TensorPeer, TensorWorker
+from ._worker import Op, TensorPeer, TensorWorker
 
 __all__ = [
     "FAKE",
@@ -522,12 +522,14 @@ class Prepared:
         self.mesh: TensorMesh | None = None
         self.stream: Stream | None = None
         self.inputs: dict[int, Tensor] = {}
-        self.fake_args: Any = ()
-        self.fake_kwargs: Any = {}
-        self.sent: Any = ((), {})
+        self.fake_args: Sequence[Any] = ()
+        self.fake_kwargs: dict[str, Any] = {}
+        self.sent: tuple[Sequence[Any], dict[str, Any]] = ((), {})
 
 
-def prepare(name: str, args: Sequence[Any], kwargs: Any, *, active: bool = True) -> Prepared:
+def prepare(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any], *, active: bool = True
+) -> Prepared:
     """Check an operation's distributed tensors (same mesh, the active
     stream, not dropped or lent) and split its arguments."""
     flat, spec = pytree.tree_flatten((args, kwargs))
@@ -570,7 +572,9 @@ def prepare(name: str, args: Sequence[Any], kwargs: Any, *, active: bool = True)
     return out
 
 
-def run_fake(name: str, fn: Any, args: Any, kwargs: Any) -> Any:
+def run_fake(
+    name: str, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
     """``fn`` on fake tensors: the result's metadata, without running it."""
     try:
         with faking():
@@ -585,7 +589,7 @@ def run_fake(name: str, fn: Any, args: Any, kwargs: Any) -> Any:
         raise
 
 
-def emit(op: Any, name: str, prepared: Prepared, result: Any, *, fresh: bool = False) -> Any:
+def emit(op: Op, name: str, prepared: Prepared, result: Any, *, fresh: bool = False) -> Any:
     """Send operation ``op`` and make the distributed tensors of its fake
     ``result``. A result that is one of the inputs is that input (an
     in-place operation) unless ``fresh``."""
@@ -625,7 +629,7 @@ def _fresh(fake: torch.Tensor) -> torch.Tensor:
         ).requires_grad_(fake.requires_grad)
 
 
-def dispatch(func: Any, args: Sequence[Any], kwargs: Any) -> Any:
+def dispatch(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """A torch function called on distributed tensors (or under an active mesh)."""
     name = getattr(func, "__name__", str(func))
     prepared = prepare(name, args, kwargs)
@@ -640,7 +644,7 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Any) -> Any:
     return emit(_op(func), name, prepared, result)
 
 
-def _op(func: Any) -> Any:
+def _op(func: Callable[..., Any]) -> Op:
     """How a command names the operation: the function itself (pickled by
     reference), or ("attr", name) for a tensor property."""
     owner: Any = getattr(func, "__self__", None)

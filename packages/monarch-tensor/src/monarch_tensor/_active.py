@@ -1,18 +1,17 @@
-"""What is active at the controller: the streams of ``stream.activate()``
-blocks, and ``no_mesh`` (plain torch inside an active block). The device
-meshes of the enclosing ``activate()`` blocks are ``_tensor.meshes`` (a
-tensor's mesh is what the tensors module knows of it)."""
+"""Whether torch runs locally at the controller now: ``no_mesh`` (plain
+torch inside an active block) and fake runs. The device meshes of the
+enclosing ``activate()`` blocks and the streams of ``stream.activate()``
+blocks are ``_tensor.meshes`` and ``_tensor.streams``, beside the tensors
+that use them."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any
 
-__all__ = ["no_mesh", "streams", "suspended"]
+__all__ = ["no_mesh", "suspend", "suspended"]
 
-streams: list[Any] = []  # Stream, innermost last
 _local = threading.local()
 
 

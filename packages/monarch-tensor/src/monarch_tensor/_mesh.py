@@ -21,7 +21,6 @@ from monarch_actor.extension import MeshOps, mesh_shape, proc_mesh_id, with_shap
 from monarch_mesh import Shape
 from monarch_transport import EncodeError, encode
 
-from ._active import streams
 from ._tensor import (
     MAIN,
     Mode,
@@ -34,6 +33,7 @@ from ._tensor import (
     meshes,
     new_ref,
     prepare,
+    streams,
     where,
 )
 from ._worker import REDUCTIONS, GroupRef, TensorPeer, TensorWorker

@@ -18,7 +18,7 @@ import logging
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol, SupportsIndex
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -27,7 +27,7 @@ from torch.utils import _pytree as pytree
 
 from monarch_actor import ActorMesh, ProcMesh
 
-from ._active import streams, suspend, suspended
+from ._active import suspend, suspended
 from ._table import Ref
 from ._worker import Op, TensorPeer, TensorWorker
 
@@ -46,6 +46,7 @@ __all__ = [
     "incorrect",
     "meshes",
     "new_ref",
+    "streams",
     "prepare",
     "where",
 ]
@@ -137,6 +138,7 @@ class TensorMesh(Protocol):
 
 
 meshes: list[TensorMesh] = []  # of the enclosing activate() blocks, innermost last
+streams: list[Stream] = []  # of the enclosing stream.activate() blocks, innermost last
 
 
 def incorrect(message: str) -> TypeError:
@@ -455,7 +457,7 @@ class Tensor(torch.Tensor):
     def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         return f"monarch.Tensor(mesh={self._mesh!r}, stream={self._stream}, fake={self._fake!r})"
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
         raise TypeError(
             "a distributed tensor cannot be pickled: pass it to an endpoint of an actor on its "
             "mesh (each actor gets its own shard) or fetch_shard() it"

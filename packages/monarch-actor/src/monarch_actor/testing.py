@@ -29,9 +29,8 @@ import monarch_actor
 
 from ._core.private import alive
 from ._core.process import maybe_runtime
-from ._procs.agent import agents
 from ._procs.bootstrap import STARTED_BY_ENV
-from ._procs.table import ProcTables
+from ._procs.table import ProcTable, ProcTables
 
 if TYPE_CHECKING:
     from monarch_actor import MeshFailure
@@ -125,10 +124,13 @@ class Proc(NamedTuple):
 
     def mesh(self) -> tuple[str, str, int] | None:
         """The proc mesh it belongs to (id, name) and its rank there, when
-        this process started it and has heard so from its host agent."""
-        agent = agents.get(os.getpid())
-        owner = agent.owners.get(self.pid) if agent is not None else None
-        return None if owner is None else (owner[0].id, owner[0].name, owner[1])
+        this process asked for it (from its own host agent or a worker's) and
+        has heard that it started."""
+        for table in _tables().values():
+            for rank, pid in table.pids.copy().items():  # copied at once: the loop writes
+                if pid == self.pid:
+                    return table.id, table.name, rank
+        return None
 
     def describe(self) -> str:
         """The pid, the mesh it belongs to (when this process started it), its command line."""
@@ -168,11 +170,16 @@ class Seen(NamedTuple):
         return mesh is not None and mesh[0] in self.meshes
 
 
+def _tables() -> dict[str, ProcTable]:
+    """The proc meshes this process knows, by id (none before its runtime starts)."""
+    runtime = maybe_runtime()
+    tables: ProcTables | None = runtime.services.get(ProcTables) if runtime else None
+    return {} if tables is None else tables.copy()  # copied at once: the loop adds to it
+
+
 def seen() -> Seen:
     """The procs of this process's tree and the ids of the proc meshes it knows, now."""
-    runtime = maybe_runtime()
-    tables = runtime.services.get(ProcTables, {}) if runtime is not None else {}
-    return Seen(procs_of(), frozenset(tables.copy()))  # copied at once: the loop adds to it
+    return Seen(procs_of(), frozenset(_tables()))
 
 
 def _read(path: str) -> bytes:

@@ -10,6 +10,8 @@ import functools
 
 import pytest
 
+from monarch_actor.testing import no_leaked_procs  # noqa: F401 (an autouse fixture)
+
 
 @functools.cache
 def visible_gpus() -> int:

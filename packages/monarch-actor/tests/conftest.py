@@ -10,7 +10,11 @@ sys.path.insert(0, HERE)
 
 os.environ.setdefault("MONARCH_PRELOAD", "none")  # the tests do not use torch in procs
 
-from monarch_actor.testing import failures, no_unexpected_faults  # noqa: E402, F401 (fixtures; after the environment above)
+from monarch_actor.testing import (  # noqa: E402, F401 (fixtures; after the environment above)
+    failures,
+    no_leaked_procs,
+    no_unexpected_faults,
+)
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,7 @@ def test_proc_bind_of_the_wrong_length_names_both_counts():
 
 
 def test_a_bootstrap_command_launches_each_process():
+    started = []  # the proc meshes, stopped at the end
     os.environ["MONARCH_TEST_INHERITED"] = "yes"
     os.environ["MONARCH_TEST_REMOVED"] = "yes"
     try:
@@ -60,6 +61,7 @@ def test_a_bootstrap_command_launches_each_process():
             return base.with_env({"CUDA_VISIBLE_DEVICES": str(point["gpus"])})
 
         procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap_command=per_rank)
+        started.append(procs)
         launched = procs.spawn("launched", Launched)
         devices = launched.env.call("CUDA_VISIBLE_DEVICES").get(timeout=60)
         assert sorted(devices.values()) == ["0", "1"]
@@ -71,16 +73,20 @@ def test_a_bootstrap_command_launches_each_process():
         assert argv[: len(base.argv())] == base.argv() and "--proc" in argv
         # a command that inherits nothing still gets the runtime's own variables
         bare = BootstrapCommand(sys.executable, None, base.args, {"ONLY": "1"}, inherit_env=False)
-        alone = this_host().spawn_procs(bootstrap_command=bare).spawn("alone", Launched)
+        started.append(this_host().spawn_procs(bootstrap_command=bare))
+        alone = started[-1].spawn("alone", Launched)
         assert alone.env.call_one("ONLY").get(timeout=60) == "1"
         assert alone.env.call_one("MONARCH_TEST_INHERITED").get(timeout=30) == "yes"  # MONARCH_*
         assert alone.env.call_one("PATH").get(timeout=30) is None
         # the host's default is untouched: a later spawn is forked as before
-        plain = this_host().spawn_procs().spawn("plain", Launched)
+        started.append(this_host().spawn_procs())
+        plain = started[-1].spawn("plain", Launched)
         assert plain.env.call_one("CUDA_VISIBLE_DEVICES").get(timeout=30) != "0"
         assert "--proc" not in plain.argv.call_one().get(timeout=30)
     finally:
         del os.environ["MONARCH_TEST_INHERITED"], os.environ["MONARCH_TEST_REMOVED"]
+        for mesh in started:
+            mesh.stop().get(timeout=30)
 
 
 def test_a_bootstrap_command_that_fails_fails_the_mesh(failures):
@@ -102,15 +108,21 @@ def test_with_python_executable_launches_every_process_through_it(tmp_path):
     host = this_host()
     wrapped = host.with_python_executable(str(wrapper))
     assert wrapped is not host
-    launched = wrapped.spawn_procs(per_host={"procs": 1}).spawn("launched", Launched)
-    first = launched.env.call_one("WRAPPER_PID").get(timeout=60)
-    assert first
-    # a process spawned from one of them, through this_host(), is launched the same way
-    inner = launched.spawn_inner.call_one().get(timeout=60)
-    second = inner.env.call_one("WRAPPER_PID").get(timeout=60)
-    assert second and second != first
-    plain = host.spawn_procs().spawn("plain", Launched)
-    assert plain.env.call_one("WRAPPER_PID").get(timeout=30) is None
+    outer, direct = wrapped.spawn_procs(per_host={"procs": 1}), host.spawn_procs()
+    try:
+        launched = outer.spawn("launched", Launched)
+        first = launched.env.call_one("WRAPPER_PID").get(timeout=60)
+        assert first
+        # a process spawned from one of them, through this_host(), is launched the same way
+        # (stopped with it: its process's host agent ends when that process does)
+        inner = launched.spawn_inner.call_one().get(timeout=60)
+        second = inner.env.call_one("WRAPPER_PID").get(timeout=60)
+        assert second and second != first
+        plain = direct.spawn("plain", Launched)
+        assert plain.env.call_one("WRAPPER_PID").get(timeout=30) is None
+    finally:
+        outer.stop().get(timeout=30)
+        direct.stop().get(timeout=30)
 
 
 def test_teardown_starts_when_looked_at_and_a_shut_down_mesh_refuses_use():

@@ -4,6 +4,8 @@ import pytest
 
 os.environ.setdefault("MONARCH_PRELOAD", "none")  # the tests do not use torch in procs
 
+from monarch_actor.testing import no_leaked_procs  # noqa: F401 (an autouse fixture; after the environment above)
+
 
 @pytest.fixture
 def failures(monkeypatch):

@@ -10,7 +10,10 @@ sys.path.insert(0, HERE)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
 os.environ.setdefault("MONARCH_PRELOAD", "none")
 
-from monarch_actor.testing import no_unexpected_faults  # noqa: E402, F401 (an autouse fixture; after the environment above)
+from monarch_actor.testing import (  # noqa: E402, F401 (autouse fixtures; after the environment above)
+    no_leaked_procs,
+    no_unexpected_faults,
+)
 
 
 @pytest.fixture(scope="session")

@@ -108,7 +108,38 @@ DELIVERED = {  # what the listener may hand on, in order
 }
 
 
-async def start_relay(upstream: Address, nng: bool, tamper) -> tuple[asyncio.Server, int]:
+class Heard:
+    """What the listener made of the relay's messages so far: the test counts
+    each one it delivers; the relay waits for that, or for the listener to
+    hang up, before it sends the next (one at a time, so the cut is clean)."""
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.changed = asyncio.Event()
+
+    def deliver(self, event: object) -> object:
+        """Count ``event`` (what the listener handed on) and give it back."""
+        self.delivered += 1
+        self.changed.set()
+        return event
+
+    async def after(self, delivered: int, hung_up: asyncio.Task[None]) -> None:
+        """Until more than ``delivered`` messages came through or the listener
+        hung up (``hung_up`` done); 10 s at most (then the test's own checks fail)."""
+        while self.delivered <= delivered and not hung_up.done():
+            self.changed.clear()
+            changed = asyncio.ensure_future(self.changed.wait())
+            done, _ = await asyncio.wait(
+                [changed, hung_up], timeout=10, return_when=asyncio.FIRST_COMPLETED
+            )
+            changed.cancel()
+            if not done:
+                return
+
+
+async def start_relay(
+    upstream: Address, nng: bool, tamper, heard: Heard
+) -> tuple[asyncio.Server, int]:
     async def serve(client_r, client_w):
         up_r, up_w = await asyncio.open_connection(upstream.host, upstream.port)
 
@@ -125,9 +156,10 @@ async def start_relay(upstream: Address, nng: bool, tamper) -> tuple[asyncio.Ser
                 up_w.write(await read_message(client_r, nng))
             data = [await read_message(client_r, nng) for _ in range(3)]
             for message in tamper(data, nng):
+                delivered = heard.delivered
                 up_w.write(message)
                 await up_w.drain()
-                await asyncio.sleep(0.02)  # one at a time, so the cut is clean
+                await heard.after(delivered, backwards)
             while rest := await client_r.read(1 << 16):
                 up_w.write(rest)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -151,7 +183,8 @@ async def test_relay_cannot_tamper(transport_cls, attack, caplog):
     settings = Settings(secret=SECRET, integrity="always", name="real")
     caplog.set_level(logging.WARNING, logger="monarch.transport")
     async with await transport.listen(Address.parse("tcp://127.0.0.1:0"), settings) as inbox:
-        relay, port = await start_relay(inbox.address, nng, TAMPERING[attack])
+        heard = Heard()
+        relay, port = await start_relay(inbox.address, nng, TAMPERING[attack], heard)
         async with relay:
             out = await transport.connect(
                 Address.parse(f"tcp://127.0.0.1:{port}"), Settings(secret=SECRET, name="real")
@@ -161,7 +194,7 @@ async def test_relay_cannot_tamper(transport_cls, attack, caplog):
             got: list[bytes] = []
             if attack == "relay":
                 while len(got) < 3:
-                    event = await asyncio.wait_for(inbox.receive(), 10)
+                    event = heard.deliver(await asyncio.wait_for(inbox.receive(), 10))
                     assert isinstance(event, Received)
                     got.append(b"".join(bytes(f) for f in event.frames))
                 await out.aclose()
@@ -170,6 +203,7 @@ async def test_relay_cannot_tamper(transport_cls, attack, caplog):
                     event = await asyncio.wait_for(inbox.receive(), 10)
                     if isinstance(event, PeerLeft):
                         break
+                    heard.deliver(event)
                     got.append(b"".join(bytes(f) for f in event.frames))
                 warnings = " ".join(r.getMessage() for r in caplog.records)
                 assert "integrity" in warnings, warnings
@@ -204,7 +238,7 @@ async def test_unsealed_data_is_refused_where_sealing_is_demanded(
             plain = join(Kind.DATA, [b"plain"], 1 << 20)
             return [wrap(messages[0], plain, nng), *messages[1:]]
 
-        relay, port = await start_relay(inbox.address, nng, strip)
+        relay, port = await start_relay(inbox.address, nng, strip, Heard())
         async with relay:
             out = await transport.connect(
                 Address.parse(f"tcp://127.0.0.1:{port}"), Settings(secret=SECRET, integrity="off")

@@ -207,7 +207,9 @@ def endpoint_mesh(endpoint: ActorEndpoint[..., Any]) -> ActorMesh[Any]:
     Args:
         endpoint: ``actors.method``.
     """
-    return endpoint._mesh
+    mesh = endpoint._mesh  # what the endpoint messages, as the endpoint sees it
+    assert isinstance(mesh, ActorMesh), f"an endpoint of {type(mesh).__name__}"
+    return mesh
 
 
 def call_and_keep(

@@ -1,21 +1,17 @@
-"""What is active at the controller: the device meshes of the enclosing
-``activate()`` blocks, the streams of ``stream.activate()`` blocks, and
-``no_mesh`` (plain torch inside an active block)."""
+"""Whether torch runs locally at the controller now: ``no_mesh`` (plain
+torch inside an active block) and fake runs. The device meshes of the
+enclosing ``activate()`` blocks and the streams of ``stream.activate()``
+blocks are ``_tensor.meshes`` and ``_tensor.streams``, beside the tensors
+that use them."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from ._mesh import DeviceMesh
+__all__ = ["no_mesh", "suspend", "suspended"]
 
-__all__ = ["meshes", "no_mesh", "streams", "suspended"]
-
-meshes: list[DeviceMesh] = []  # innermost last
-streams: list[Any] = []  # Stream, innermost last
 _local = threading.local()
 
 

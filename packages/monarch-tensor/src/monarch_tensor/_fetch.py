@@ -13,14 +13,13 @@ from monarch_actor import Future
 from monarch_actor.extension import future_from
 
 from ._errors import RemoteTensorError
-from ._mesh import DeviceMesh
-from ._tensor import Tensor, incorrect
+from ._tensor import Tensor, TensorMesh, incorrect
 
 __all__ = ["coordinates", "fetch_shard", "inspect", "show"]
 
 
 def coordinates(
-    mesh: DeviceMesh, shard: dict[str, int] | None, coords: dict[str, int]
+    mesh: TensorMesh, shard: dict[str, int] | None, coords: dict[str, int]
 ) -> dict[str, int]:
     """The process of ``mesh`` at ``shard``/``coords`` (none: the first)."""
     given = {**(shard or {}), **coords}
@@ -66,7 +65,7 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
         if isinstance(leaf, Tensor):
             if leaf._ref < 0:
                 raise incorrect("fetch_shard() of a tensor after drop()")
-            mesh: DeviceMesh = leaf._mesh
+            mesh = leaf._mesh
             at = coordinates(mesh, shard, coords)
             mesh.flush()
             worker = mesh._worker(leaf._stream.name).slice(**at)

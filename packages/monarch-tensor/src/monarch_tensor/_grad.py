@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ._active import meshes, suspended
-from ._tensor import Tensor, dispatch, faking, incorrect, new_ref, prepare, where
+from ._active import suspended
+from ._tensor import Tensor, dispatch, faking, incorrect, meshes, new_ref, prepare, where
 
 __all__ = ["grad_function", "grad_generator"]
 

@@ -21,17 +21,19 @@ from monarch_actor.extension import MeshOps, mesh_shape, proc_mesh_id, with_shap
 from monarch_mesh import Shape
 from monarch_transport import EncodeError, encode
 
-from ._active import meshes, streams
 from ._tensor import (
     MAIN,
     Mode,
     Stream,
     Tensor,
+    TensorMesh,
     faking,
     get_active_stream,
     incorrect,
+    meshes,
     new_ref,
     prepare,
+    streams,
     where,
 )
 from ._worker import REDUCTIONS, GroupRef, TensorPeer, TensorWorker
@@ -51,6 +53,7 @@ BATCH_DELAY = 0.002  # seconds a short run waits for more before it leaves
 _coalescing = threading.local()
 
 A = TypeVar("A", bound=Actor)
+M = TypeVar("M", bound=TensorMesh)  # a device mesh, or what stands for one to its tensors
 
 
 def spawn_mesh(procs: ProcMesh, name: str, cls: type[A], *args: object) -> ActorMesh[A]:
@@ -288,7 +291,7 @@ class DeviceMesh(MeshOps):
         self,
         tensor: Tensor,
         coords: dict[str, int],
-        mesh: DeviceMesh | ProcMesh,
+        mesh: TensorMesh | ProcMesh,
         stream: Stream | None,
     ) -> Tensor:
         if isinstance(mesh, ProcMesh):
@@ -446,7 +449,7 @@ def activate(procs: ProcMesh) -> contextlib.AbstractContextManager[DeviceMesh]:
 
 
 @contextlib.contextmanager
-def activation(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
+def activation(mesh: M) -> Iterator[M]:
     """Make ``mesh`` the active one for a ``with`` block."""
     meshes.append(mesh)
     try:
@@ -469,6 +472,6 @@ def coalescing() -> Iterator[None]:
     finally:
         _coalescing.depth -= 1
         if not _coalescing.depth:
-            meshes, _coalescing.meshes = _coalescing.meshes, set()
-            for mesh in meshes:
+            held, _coalescing.meshes = _coalescing.meshes, set()
+            for mesh in held:
                 mesh.flush()

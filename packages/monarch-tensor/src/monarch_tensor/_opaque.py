@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, SupportsIndex
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -64,12 +64,14 @@ class OpaqueRef:
         _key_table[self._key] = value
 
     @classmethod
-    def _create(cls, key: Any) -> OpaqueRef:
+    def _create(cls, key: torch.Tensor) -> OpaqueRef:
         made = cls.__new__(cls)
         made._key = key
         return made
 
-    def __reduce_ex__(self, protocol: Any) -> tuple[Callable[..., OpaqueRef], tuple[Any]]:
+    def __reduce_ex__(
+        self, protocol: SupportsIndex
+    ) -> tuple[Callable[[torch.Tensor], OpaqueRef], tuple[torch.Tensor]]:
         return OpaqueRef._create, (self._key,)
 
     def __repr__(self) -> str:

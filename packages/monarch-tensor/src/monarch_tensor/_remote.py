@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -25,22 +25,24 @@ from monarch_actor.extension import (
     transform_arguments,
 )
 
-from ._active import meshes, suspended
+from ._active import suspended
 from ._fetch import coordinates
-from ._mesh import DeviceMesh, activation, device_mesh
+from ._mesh import activation, device_mesh
 from ._table import Shard
 from ._tensor import (
     Prepared,
     Tensor,
+    TensorMesh,
     emit,
     faking,
     get_active_stream,
     incorrect,
+    meshes,
     new_ref,
     prepare,
     run_fake,
 )
-from ._worker import Meta
+from ._worker import Meta, Op
 
 __all__ = ["Remote", "call_on_shard_and_fetch", "remote", "rref"]
 
@@ -76,7 +78,8 @@ class Remote:
 
     def __init__(self, function: Callable[..., Any] | str, propagate: Any = None) -> None:
         if isinstance(function, str):
-            self._op: Any = ("path", function)
+            # by its path: imported where it runs
+            self._op: Op = ("path", function)
             self._name = function
         elif callable(function):
             self._op = function
@@ -93,15 +96,14 @@ class Remote:
                 f"one of {_MODES}"
             )
         self._propagate = propagate
-        self._cache: dict[Any, Any] = {}
+        self._cache: dict[tuple[object, ...], Any] = {}  # signature -> described results
 
     def _function(self) -> Callable[..., Any]:
         if isinstance(self._op, tuple):
             module, _, name = self._op[1].rpartition(".")
             found: Callable[..., Any] = getattr(importlib.import_module(module), name)
             return found
-        function: Callable[..., Any] = self._op
-        return function
+        return self._op
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.rref(*args, **kwargs)
@@ -286,17 +288,17 @@ def rref(endpoint: ActorEndpoint[..., Any], args: tuple[Any, ...], kwargs: dict[
     return pytree.tree_unflatten(made, spec)
 
 
-def _check_same_processes(actors: ActorMesh[Any], mesh: DeviceMesh, name: str) -> None:
+def _check_same_processes(actors: ActorMesh[Any], mesh: TensorMesh, name: str) -> None:
     ranks = set(mesh_shape(actors).ndslice)
     same = proc_mesh_id(actor_procs(actors)) == proc_mesh_id(mesh._procs)
-    if not same or not ranks <= set(mesh_shape(mesh).ndslice):
+    if not same or not ranks <= set(mesh_shape(mesh._procs).ndslice):
         raise incorrect(
             f"WRONG_MESH: {name}: the actors are not on the processes of {mesh!r} (spawn them "
             "on the proc mesh you activated)"
         )
 
 
-def _fakes(prepared: Prepared) -> tuple[Any, Any]:
+def _fakes(prepared: Prepared) -> tuple[Sequence[Any], dict[str, Any]]:
     return prepared.fake_args, prepared.fake_kwargs
 
 
@@ -308,11 +310,11 @@ def _fake_of(meta: Meta) -> torch.Tensor:
     return fake.requires_grad_(meta.requires_grad)
 
 
-def _signature(prepared: Prepared) -> Any:
+def _signature(prepared: Prepared) -> tuple[object, ...]:
     """What a cached propagation depends on: the arguments' structure, each
     tensor's metadata, and the other values (by type when unhashable)."""
     leaves, spec = pytree.tree_flatten((prepared.fake_args, prepared.fake_kwargs))
-    key: list[Any] = [str(spec)]
+    key: list[object] = [str(spec)]
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             key.append((tuple(leaf.shape), leaf.stride(), leaf.dtype, leaf.requires_grad))

@@ -17,21 +17,19 @@ import itertools
 import logging
 import sys
 import weakref
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn, Protocol, SupportsIndex
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from ._active import meshes, streams, suspend, suspended
+from monarch_actor import ActorMesh, ProcMesh
+
+from ._active import suspend, suspended
 from ._table import Ref
-
-if TYPE_CHECKING:
-    from monarch_actor import ProcMesh
-
-    from ._mesh import DeviceMesh
+from ._worker import Op, TensorPeer, TensorWorker
 
 __all__ = [
     "FAKE",
@@ -39,13 +37,16 @@ __all__ = [
     "Borrow",
     "Stream",
     "Tensor",
+    "TensorMesh",
     "dispatch",
     "emit",
     "faking",
     "get_active_mesh",
     "get_active_stream",
     "incorrect",
+    "meshes",
     "new_ref",
+    "streams",
     "prepare",
     "where",
 ]
@@ -82,12 +83,70 @@ def where(name: str) -> str:
     return f"{name} (at {frame.f_code.co_filename}:{frame.f_lineno})"
 
 
+class TensorMesh(Protocol):
+    """A device mesh as its distributed tensors and their operations see it
+    (``DeviceMesh``, made above this module from a proc mesh, is the one
+    kind): its dimensions, its activation, the commands it sends its
+    processes' workers, and the reductions and moves of a tensor on it."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The mesh's dimension names."""
+        ...
+
+    def size(self, dim: str | Sequence[str] | None = None) -> int:
+        """The number of processes along ``dim`` (all of them by default)."""
+        ...
+
+    def activate(self) -> contextlib.AbstractContextManager[TensorMesh]:
+        """Make this mesh the active one for the ``with`` block."""
+        ...
+
+    def flush(self) -> None:
+        """Send the commands issued so far."""
+        ...
+
+    @property
+    def _procs(self) -> ProcMesh: ...
+
+    @property
+    def _peers(self) -> ActorMesh[TensorPeer]: ...
+
+    def _worker(self, stream: str) -> ActorMesh[TensorWorker]: ...
+
+    def _send(self, stream: str, command: tuple[Any, ...]) -> None: ...
+
+    def _drop(self, stream: str, ref: int) -> None: ...
+
+    def _reduce(
+        self,
+        tensor: Tensor,
+        dims: str | Sequence[str],
+        reduction: str,
+        scatter: bool,
+        mesh: object,
+        inplace: bool,
+    ) -> Tensor: ...
+
+    def _to_mesh(
+        self,
+        tensor: Tensor,
+        coords: dict[str, int],
+        mesh: TensorMesh | ProcMesh,
+        stream: Stream | None,
+    ) -> Tensor: ...
+
+
+meshes: list[TensorMesh] = []  # of the enclosing activate() blocks, innermost last
+streams: list[Stream] = []  # of the enclosing stream.activate() blocks, innermost last
+
+
 def incorrect(message: str) -> TypeError:
     """Monarch's error for arguments an operation cannot take."""
     return TypeError(f"Incorrect arguments to monarch operation: {message}")
 
 
-def get_active_mesh() -> DeviceMesh:
+def get_active_mesh() -> TensorMesh:
     """The ``DeviceMesh`` of the innermost ``activate()`` block."""
     if not meshes or suspended():
         raise ValueError("no device mesh is active")
@@ -230,14 +289,14 @@ class Tensor(torch.Tensor):
     processes (``fetch_shard`` brings one shard back)."""
 
     _fake: torch.Tensor
-    _mesh: DeviceMesh
+    _mesh: TensorMesh
     _ref: int
     _stream: Stream
     _lent: list[Borrow]
     _borrow: Borrow | None
 
     @staticmethod
-    def __new__(cls, fake: torch.Tensor, mesh: DeviceMesh, ref: int, stream: Stream) -> Tensor:
+    def __new__(cls, fake: torch.Tensor, mesh: TensorMesh, ref: int, stream: Stream) -> Tensor:
         with torch._C.DisableTorchFunction():  # reading the fake's metadata is not an operation
             made: Tensor = torch.Tensor._make_wrapper_subclass(
                 cls,
@@ -270,7 +329,7 @@ class Tensor(torch.Tensor):
         )
 
     @property
-    def mesh(self) -> DeviceMesh:
+    def mesh(self) -> TensorMesh:
         """The mesh whose processes hold this tensor."""
         return self._mesh
 
@@ -354,7 +413,7 @@ class Tensor(torch.Tensor):
         reduced: Tensor = self._mesh._reduce(self, dims, reduction, scatter, mesh, True)
         return reduced
 
-    def to_mesh(self, mesh: DeviceMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
+    def to_mesh(self, mesh: TensorMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
         """This tensor on another mesh whose dimensions have the same names and sizes.
 
         A dimension of ``mesh`` that this tensor's mesh lacks gets a copy of the
@@ -398,7 +457,7 @@ class Tensor(torch.Tensor):
     def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         return f"monarch.Tensor(mesh={self._mesh!r}, stream={self._stream}, fake={self._fake!r})"
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
         raise TypeError(
             "a distributed tensor cannot be pickled: pass it to an endpoint of an actor on its "
             "mesh (each actor gets its own shard) or fetch_shard() it"
@@ -422,7 +481,7 @@ class MeshSliceTensor:
         self.tensor = tensor
         self.coords = coords
 
-    def to_mesh(self, mesh: DeviceMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
+    def to_mesh(self, mesh: TensorMesh | ProcMesh, stream: Stream | None = None) -> Tensor:
         """These shards on ``mesh``, whose dimensions are the remaining (unsliced) ones.
 
         Args:
@@ -462,15 +521,17 @@ class Prepared:
     __slots__ = ("fake_args", "fake_kwargs", "inputs", "mesh", "sent", "stream")
 
     def __init__(self) -> None:
-        self.mesh: DeviceMesh | None = None
+        self.mesh: TensorMesh | None = None
         self.stream: Stream | None = None
         self.inputs: dict[int, Tensor] = {}
-        self.fake_args: Any = ()
-        self.fake_kwargs: Any = {}
-        self.sent: Any = ((), {})
+        self.fake_args: Sequence[Any] = ()
+        self.fake_kwargs: dict[str, Any] = {}
+        self.sent: tuple[Sequence[Any], dict[str, Any]] = ((), {})
 
 
-def prepare(name: str, args: Sequence[Any], kwargs: Any, *, active: bool = True) -> Prepared:
+def prepare(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any], *, active: bool = True
+) -> Prepared:
     """Check an operation's distributed tensors (same mesh, the active
     stream, not dropped or lent) and split its arguments."""
     flat, spec = pytree.tree_flatten((args, kwargs))
@@ -513,7 +574,9 @@ def prepare(name: str, args: Sequence[Any], kwargs: Any, *, active: bool = True)
     return out
 
 
-def run_fake(name: str, fn: Any, args: Any, kwargs: Any) -> Any:
+def run_fake(
+    name: str, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
     """``fn`` on fake tensors: the result's metadata, without running it."""
     try:
         with faking():
@@ -528,7 +591,7 @@ def run_fake(name: str, fn: Any, args: Any, kwargs: Any) -> Any:
         raise
 
 
-def emit(op: Any, name: str, prepared: Prepared, result: Any, *, fresh: bool = False) -> Any:
+def emit(op: Op, name: str, prepared: Prepared, result: Any, *, fresh: bool = False) -> Any:
     """Send operation ``op`` and make the distributed tensors of its fake
     ``result``. A result that is one of the inputs is that input (an
     in-place operation) unless ``fresh``."""
@@ -568,7 +631,7 @@ def _fresh(fake: torch.Tensor) -> torch.Tensor:
         ).requires_grad_(fake.requires_grad)
 
 
-def dispatch(func: Any, args: Sequence[Any], kwargs: Any) -> Any:
+def dispatch(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """A torch function called on distributed tensors (or under an active mesh)."""
     name = getattr(func, "__name__", str(func))
     prepared = prepare(name, args, kwargs)
@@ -583,7 +646,7 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Any) -> Any:
     return emit(_op(func), name, prepared, result)
 
 
-def _op(func: Any) -> Any:
+def _op(func: Callable[..., Any]) -> Op:
     """How a command names the operation: the function itself (pickled by
     reference), or ("attr", name) for a tensor property."""
     owner: Any = getattr(func, "__self__", None)

@@ -18,12 +18,14 @@ import functools
 import importlib
 import socket
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Store
 from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]
+from torch.distributed.distributed_c10d import GroupName
 from torch.utils import _pytree as pytree
 
 from monarch_actor import Actor, ActorMesh, current_rank, endpoint
@@ -33,9 +35,23 @@ from ._errors import RemoteTensorError
 from ._opaque import mark_worker
 from ._table import TABLE, Poison, Ref
 
-__all__ = ["REDUCTIONS", "GroupRef", "Meta", "TensorPeer", "TensorWorker", "reduce_shard", "run_op"]
+__all__ = [
+    "REDUCTIONS",
+    "GroupRef",
+    "Meta",
+    "Op",
+    "TensorPeer",
+    "TensorWorker",
+    "reduce_shard",
+    "run_op",
+]
 
 GROUP_TIMEOUT = datetime.timedelta(seconds=300)
+
+# an operation as a command names it: the function itself (pickled by reference),
+# ("path", "pkg.mod.fn") for a remote function given by its path, or ("attr", name)
+# for a tensor property such as .T
+Op = Callable[..., Any] | tuple[str, str]
 
 REDUCTIONS: dict[str, Any] = {
     "sum": dist.ReduceOp.SUM,
@@ -81,18 +97,14 @@ def _by_path(path: str) -> Any:
     return found
 
 
-def _function(op: Any) -> Any:
-    if isinstance(op, tuple) and op[0] == "path":
-        return _by_path(op[1])
-    return op
-
-
-def run_op(op: Any, args: Any, kwargs: Any) -> Any:
+def run_op(op: Op, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Run one operation on resolved arguments."""
-    if isinstance(op, tuple) and op[0] == "attr":  # a tensor property such as .T
-        return getattr(args[0], op[1])
-    result = _function(op)(*args, **kwargs)
-    return result
+    if not isinstance(op, tuple):
+        return op(*args, **kwargs)
+    how, name = op
+    if how == "attr":  # a tensor property such as .T
+        return getattr(args[0], name)
+    return _by_path(name)(*args, **kwargs)
 
 
 def _put_results(outs: Sequence[int], result: Any) -> None:
@@ -114,12 +126,12 @@ class _Groups:
     ranks on one GPU), else gloo for those too. So one mesh (one group,
     even) mixes CPU and CUDA tensors."""
 
-    def __init__(self, stream: str, store: Any) -> None:
+    def __init__(self, stream: str, store: Store) -> None:
         self.stream = stream
         self.store = store
-        self.groups: dict[tuple[str, ...], Any] = {}
+        self.groups: dict[tuple[str, ...], dist.ProcessGroup] = {}
 
-    def group(self, dims: tuple[str, ...]) -> Any:
+    def group(self, dims: tuple[str, ...]) -> dist.ProcessGroup:
         """The ``torch.distributed.ProcessGroup`` over ``dims``."""
         made = self.groups.get(dims)
         if made is not None:
@@ -134,7 +146,7 @@ class _Groups:
         rest = ",".join(f"{k}={v}" for k, v in coords.items() if k not in dims)
         name = f"{self.stream}/{'.'.join(dims)}/{rest}"
         made = _device_group(PrefixStore(name + "/", self.store), rank, size)
-        made._set_group_name(name)
+        made._set_group_name(GroupName(name))
         self.groups[dims] = made
         return made
 
@@ -147,7 +159,7 @@ def cuda_backend() -> str | None:
     return "nccl" if dist.is_nccl_available() and has_own_gpu() else "gloo"
 
 
-def _device_group(store: Any, rank: int, size: int) -> Any:
+def _device_group(store: Store, rank: int, size: int) -> dist.ProcessGroup:
     backend_type = dist.ProcessGroup.BackendType
     group = dist.ProcessGroup(store, rank, size)
     gloo = dist.ProcessGroupGloo(PrefixStore("cpu/", store), rank, size, GROUP_TIMEOUT)
@@ -167,7 +179,11 @@ def _device_group(store: Any, rank: int, size: int) -> Any:
 
 
 def reduce_shard(
-    group: Any, tensor: torch.Tensor, reduction: str, scatter: bool, inplace: bool = False
+    group: dist.ProcessGroup,
+    tensor: torch.Tensor,
+    reduction: str,
+    scatter: bool,
+    inplace: bool = False,
 ) -> torch.Tensor:
     """This process's result of reducing ``tensor`` over ``group`` (into
     ``tensor`` itself when ``inplace`` allows, without a copy)."""
@@ -240,7 +256,7 @@ class TensorWorker(Actor):
 
         return pytree.tree_map(get, tree)
 
-    def _group(self, dims: tuple[str, ...]) -> Any:
+    def _group(self, dims: tuple[str, ...]) -> dist.ProcessGroup:
         if self.groups is None:
             raise RuntimeError("no store: the controller sends one before the first collective")
         return self.groups.group(dims)
@@ -251,7 +267,15 @@ class TensorWorker(Actor):
         for command in batch:
             getattr(self, "_" + command[0])(*command[1:])
 
-    def _op(self, op: Any, args: Any, kwargs: Any, outs: list[int], where: str, grad: bool) -> None:
+    def _op(
+        self,
+        op: Op,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        outs: list[int],
+        where: str,
+        grad: bool,
+    ) -> None:
         try:
             with torch.set_grad_enabled(grad):
                 _put_results(outs, run_op(op, *self._resolve((args, kwargs))))
@@ -385,7 +409,7 @@ class TensorWorker(Actor):
         return True, value.detach().cpu()
 
     @endpoint
-    def call(self, op: Any, args: Any, kwargs: Any) -> Any:
+    def call(self, op: Op, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """A remote function's value on this process (its tensors on the CPU)."""
         return _to_cpu(run_op(op, *self._resolve((args, kwargs))))
 
@@ -407,7 +431,7 @@ class TensorPeer(Actor):
             TABLE.put(ref, value)
 
     @endpoint
-    def propagate(self, op: Any, args: Any, kwargs: Any) -> Any:
+    def propagate(self, op: Op, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """What a remote function returns on this process, with each tensor
         replaced by its ``Meta``. Runs on copies, so the shards are not changed."""
         resolved = pytree.tree_map(

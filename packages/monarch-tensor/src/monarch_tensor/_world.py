@@ -4,7 +4,6 @@ some hosts, with dimensions ``("host", "gpu")``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from monarch_actor import HostMesh, attach_to_workers
 
@@ -13,7 +12,7 @@ from ._mesh import DeviceMesh, device_mesh
 __all__ = ["world_mesh"]
 
 
-def world_mesh(ctx: Any, hosts: HostMesh | Sequence[str], gpu_per_host: int) -> DeviceMesh:
+def world_mesh(ctx: object, hosts: HostMesh | Sequence[str], gpu_per_host: int) -> DeviceMesh:
     """A device mesh of ``gpu_per_host`` new processes on every one of ``hosts``,
     with dimensions ``("host", "gpu")``; each process of the ``gpu`` dimension
     uses the GPU of its index there, where the host has GPUs.

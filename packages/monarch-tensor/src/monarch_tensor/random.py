@@ -9,11 +9,12 @@ saved and restored.
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from ._remote import remote
+from ._tensor import Tensor
 
 __all__ = ["State", "get_state", "make_deterministic", "new_state", "set_state"]
 
@@ -26,8 +27,8 @@ class State(NamedTuple):
         cuda: each process's current CUDA device generator state (empty without CUDA).
     """
 
-    cpu: Any
-    cuda: Any
+    cpu: Tensor
+    cuda: Tensor
 
 
 def _cuda_state() -> torch.Tensor:
@@ -79,7 +80,7 @@ def get_state() -> State:
     return State(cpu, cuda)
 
 
-def set_state(state: State | tuple[Any, Any]) -> None:
+def set_state(state: State | tuple[Tensor, Tensor]) -> None:
     """Restore every process's random state from ``get_state``'s tensors.
 
     Args:
@@ -91,7 +92,7 @@ def set_state(state: State | tuple[Any, Any]) -> None:
     _set_state(tuple(state))
 
 
-def new_state(seed: Any) -> State:
+def new_state(seed: Tensor | int) -> State:
     """The state each process's generators have after seeding with ``seed``,
     leaving their current state as it was.
 

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -50,8 +50,9 @@ class ExecutionTimer:
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _times: ClassVar[dict[str, list[float]]] = {}
     _cpu_started: ClassVar[dict[str, list[float]]] = {}
-    _gpu_started: ClassVar[dict[str, list[tuple[Any, Any]]]] = {}
-    _gpu_pending: ClassVar[dict[str, list[tuple[Any, Any]]]] = {}
+    # (begin, end) CUDA events of each section, started and ended but not yet read
+    _gpu_started: ClassVar[dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]]] = {}
+    _gpu_pending: ClassVar[dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]]] = {}
 
     @classmethod
     @contextlib.contextmanager

@@ -8,9 +8,10 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from .._telemetry.spans import instrumented
+from .endpoint import ActorEndpoint, Propagator
 
 __all__ = [
     "Actor",
@@ -20,12 +21,8 @@ __all__ = [
     "endpoint",
 ]
 
-if TYPE_CHECKING:
-    from .endpoint import ActorEndpoint
-
 P = ParamSpec("P")
 R = TypeVar("R")
-Propagator = Callable[..., Any] | Literal["cached", "inspect", "mocked"] | None
 
 # names an ActorMesh already has: an endpoint called so would be unreachable
 MESH_ATTRIBUTES = frozenset(

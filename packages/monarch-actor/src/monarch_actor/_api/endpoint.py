@@ -9,8 +9,8 @@ loop then casts the message down the multicast tree and gathers replies.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar
 
 from monarch_mesh import Shape, Slice
 from monarch_transport import encode
@@ -22,18 +22,75 @@ from .._core.ports import Port
 from .._core.process import get_runtime
 from .._core.router import Frames
 from .._core.wire import Key, Op
+from .._procs.table import ProcTable
 from .._supervision.supervise import Supervision, actor_name
 from .._supervision.wording import actor_failed, call_failed
-from .actor import EndpointProperty
 from .value_mesh import ValueMesh
 
-if TYPE_CHECKING:
-    from .mesh import ActorMesh
-
-__all__ = ["ActorEndpoint", "send"]
+__all__ = ["ActorEndpoint", "Declared", "Messaged", "Propagator", "send"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+# how rref() calls learn what an endpoint's method returns (``@endpoint(propagate=...)``)
+Propagator = Callable[..., Any] | Literal["cached", "inspect", "mocked"] | None
+
+
+class Declared(Protocol):
+    """What an endpoint needs of its method's declaration (``EndpointProperty``,
+    which ``@endpoint`` leaves on the class, defined above this module, is
+    one): its name, how it answers, how rref() learns its results, and the
+    check of a call's arguments."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def explicit_response_port(self) -> bool: ...
+
+    @property
+    def propagate(self) -> Propagator: ...
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None: ...
+
+
+class _Spawned(Protocol):
+    """The proc mesh an actor mesh was spawned on, as its endpoints see it."""
+
+    @property
+    def _shape(self) -> Shape: ...
+
+    @property
+    def _table(self) -> ProcTable: ...
+
+
+class Messaged(Protocol):
+    """What an endpoint needs of the actor mesh it messages (``ActorMesh``,
+    which is defined above this module, is one): its actors' key and spawn
+    name, the proc mesh they were spawned on, the slice it covers, and
+    how a message is cast to it."""
+
+    @property
+    def _key(self) -> str: ...
+
+    @property
+    def _spawn_name(self) -> str: ...
+
+    @property
+    def _procs(self) -> _Spawned: ...
+
+    @property
+    def _shape(self) -> Shape: ...
+
+    def _cast_message(
+        self,
+        shape: Shape,
+        header: dict[str, Any],
+        frames: Frames,
+        gather: Gather | None,
+        port: Port[Any] | None,
+    ) -> None: ...
 
 
 class ActorEndpoint(Generic[P, R]):
@@ -53,9 +110,7 @@ class ActorEndpoint(Generic[P, R]):
         plain: the method is not marked ``@endpoint`` (see ``as_endpoint``).
     """
 
-    def __init__(
-        self, mesh: ActorMesh[Any], prop: EndpointProperty[P, R], plain: bool = False
-    ) -> None:
+    def __init__(self, mesh: Messaged, prop: Declared, plain: bool = False) -> None:
         self._mesh = mesh
         self._prop = prop
         self._name = prop.name
@@ -196,7 +251,7 @@ class ActorEndpoint(Generic[P, R]):
         self._cast(shape, self._message(args, kwargs, shape), None, keep=keep)
 
     @property
-    def propagate(self) -> Any:
+    def propagate(self) -> Propagator:
         """The endpoint's ``propagate=`` (how rref() learns its results' shapes)."""
         return self._prop.propagate
 

@@ -21,7 +21,7 @@ from monarch_transport import SECRET_ENV, job_secret
 from .._core.config import PRELOAD
 from .._core.process import get_runtime, job_dir
 from .._core.router import Runtime
-from .bootstrap import default_bootstrap_cmd
+from .bootstrap import STARTED_BY_ENV, default_bootstrap_cmd
 
 __all__ = [
     "JOB_DIR_OWNER_ENV",
@@ -75,6 +75,7 @@ class HostAgent:
         # the job's folder belongs to the controller: only its agent may remove it, when
         # the controller died without cleaning up (an agent started by a proc must not)
         env[JOB_DIR_OWNER_ENV] = "1" if runtime.role in ("controller", "worker") else "0"
+        env[STARTED_BY_ENV] = str(os.getpid())
         self.process = subprocess.Popen(
             [*command.argv(), str(write), entry],
             executable=command.program,

@@ -18,6 +18,7 @@ __all__ = [
     "FORK_SERVER_MODULE",
     "PROC_FLAG",
     "RUNTIME_PREFIXES",
+    "STARTED_BY_ENV",
     "BootstrapCommand",
     "command_spec",
     "default_bootstrap_cmd",
@@ -29,6 +30,11 @@ PROC_FLAG = "--proc"  # the fork server's arguments for one process launched by 
 # variables of the runtime itself: a command that does not inherit the host's
 # environment still gets these, or its process could not join the job
 RUNTIME_PREFIXES = ("MONARCH_", "HYPERACTOR_")
+# the pid of the process whose host agent this is, in the environment of the agent
+# (the fork server) and so of every proc it starts, whether forked or launched by
+# a command: a proc is a process that has it and whose parent is not that pid (the
+# test suites' leak check looks for them)
+STARTED_BY_ENV = "MONARCH_STARTED_BY"
 
 
 class BootstrapCommand:

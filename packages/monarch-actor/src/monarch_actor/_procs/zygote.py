@@ -34,7 +34,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 
 from .._core.private import alive
-from .bootstrap import PROC_FLAG, proc_environment
+from .bootstrap import PROC_FLAG, STARTED_BY_ENV, proc_environment
 from .finalize import finalize, forget_inherited_exit_handlers
 from .logs import release_output
 
@@ -162,7 +162,9 @@ class Zygote:
             os.lseek(fd, 0, os.SEEK_SET)
             os.set_inheritable(fd, True)
             argv = [*spec["argv"], PROC_FLAG, str(fd), self.entry]
-            base = {**os.environ, **spec["base"]} if spec.get("base") else os.environ
+            base = {**os.environ, **spec["base"]} if spec.get("base") else dict(os.environ)
+            if STARTED_BY_ENV in os.environ:  # this agent's starter, not the requester's
+                base[STARTED_BY_ENV] = os.environ[STARTED_BY_ENV]
             os.execvpe(spec["program"], argv, proc_environment(spec, base))
         except BaseException:
             fail_to_start(f"the bootstrap command {spec.get('argv')!r} could not be executed:\n")

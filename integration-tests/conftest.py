@@ -1,0 +1,4 @@
+"""Every test here fails when it leaves procs running (``no_leaked_procs``):
+the scripts it runs end theirs, and the hosts it starts are stopped."""
+
+from monarch_actor.testing import no_leaked_procs  # noqa: F401 (an autouse fixture)

@@ -5,6 +5,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 
 import pytest
 from script_runner import run_script
@@ -380,3 +381,25 @@ def test_a_process_stopped_cleanly_runs_finalizers_and_atexit_handlers(tmp_path)
     assert gone([pid]) == []
     assert marker.read_text() == "finalized"  # a module global's __del__ ran
     assert (tmp_path / "marker.atexit").exists()
+
+
+def test_a_process_at_an_address_an_earlier_one_had_is_reached():
+    # ports are reused: a proc may listen where a stopped one did; what the
+    # controller held for the old one (its failed connection, the numbering
+    # of its messages) must not stand in the way of the new one
+    from actors import Probe
+
+    from monarch_actor import default_bootstrap_cmd
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    fixed = default_bootstrap_cmd().with_env({"MONARCH_LISTEN_ADDRESS": f"tcp://127.0.0.1:{port}"})
+    for _ in range(2):
+        procs = this_host().spawn_procs(bootstrap_command=fixed)
+        try:
+            probes = procs.spawn("probe", Probe)
+            for _ in range(3):  # numbered messages, each answered
+                assert probes.where.call_one().get(timeout=60)["pid"] > 0
+        finally:
+            procs.stop().get(timeout=60)

@@ -249,6 +249,7 @@ def _proc_ready(runtime: Runtime, header: dict[str, Any], frames: Frames) -> Non
     if table is None:
         return
     rank = header[Key.RANK]
+    runtime.new_peer(header[Key.ADDRESS])  # before it is this rank's: a reused port's past goes
     table.addresses[rank] = header[Key.ADDRESS]
     with contextlib.suppress(DecodeError):
         setup_error = decode(frames)[1]  # its bootstrap raised: `initialized` raises this

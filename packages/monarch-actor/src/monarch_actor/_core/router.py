@@ -436,6 +436,18 @@ class Runtime:
                 if outbox is not None and outbox.failure is not None:
                     entry.lost(address, outbox.failure)
 
+    def new_peer(self, address: str) -> None:
+        """A process that has just started listens at ``address`` (on the
+        loop): a connection still held there, failed or not, is to an earlier
+        process that had the same address (a reused port) and goes, and the
+        numbering of messages to it starts anew."""
+        outbox = self.outboxes.pop(address, None)
+        if outbox is not None:
+            outbox.fail(f"the process at {address} is gone (another one listens there now)")
+            if outbox.sender is not None:
+                self.loop.create_task(outbox.sender.aclose())
+        self.numbering.forget(address)
+
     def reset_peer(self, address: str) -> None:
         """Forget a failed connection to ``address``, so the next message
         dials anew (a worker that was not up yet, or has restarted)."""

@@ -38,7 +38,7 @@ from ._loop import wake
 from ._ratelog import PeerLog, peer_host
 from ._registry import register_backend
 from ._settings import Settings
-from ._wire import HANDSHAKE_MAX, HEAD, MAX_FRAMES, Kind, prefix, read_lengths
+from ._wire import HANDSHAKE_MAX, HEAD, MAX_FRAMES, Kind, prefix, read_lengths, sizes
 
 __all__ = ["SocketTransport"]
 
@@ -182,20 +182,22 @@ def _encode(
     With a ``sealer`` the message takes the next sequence number and carries
     its tag as a last frame."""
     sealed = sealer is not None
-    body = sum(memoryview(f).nbytes for f in frames)
-    small = HEAD.size + 8 * (len(frames) + sealed) + body + (TAG if sealed else 0) <= SMALL
+    lengths = sizes(frames)
+    small = HEAD.size + 8 * (len(frames) + sealed) + sum(lengths) + (TAG if sealed else 0) <= SMALL
     if small_only and not small:
         return None
     if sealer is not None:
-        frames = [*frames, sealer.seal(kind, frames)]
+        tag = sealer.seal(kind, frames)
+        frames = [*frames, tag]
+        lengths.append(len(tag))
         kind |= Kind.SEALED
         try:
-            head = prefix(kind, frames, max_size)
+            head = prefix(kind, frames, max_size, lengths)
         except MessageTooLarge:
             sealer.unseal()  # not sent: the number is the next message's
             raise
     else:
-        head = prefix(kind, frames, max_size)
+        head = prefix(kind, frames, max_size, lengths)
     if small:
         return [b"".join([head, *frames])]
     return [head, *frames]

@@ -43,9 +43,13 @@ class Kind:
     ALL: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 16, 0x80 | 6, 0x80 | 16})
 
 
-def prefix(kind: int, frames: Sequence[Buffer], max_size: int) -> bytes:
-    """The bytes that go before ``frames`` on the wire."""
-    lengths = [memoryview(f).nbytes for f in frames]
+def prefix(
+    kind: int, frames: Sequence[Buffer], max_size: int, lengths: list[int] | None = None
+) -> bytes:
+    """The bytes that go before ``frames`` on the wire (``lengths``: their
+    sizes in bytes, when the caller has them already)."""
+    if lengths is None:
+        lengths = sizes(frames)
     total = sum(lengths)
     if total > max_size:
         raise MessageTooLarge(
@@ -55,6 +59,11 @@ def prefix(kind: int, frames: Sequence[Buffer], max_size: int) -> bytes:
     if len(frames) > MAX_FRAMES:
         raise MessageTooLarge(f"message has {len(frames)} frames; at most {MAX_FRAMES} allowed")
     return HEAD.pack(kind, len(frames)) + struct.pack(f"<{len(frames)}Q", *lengths)
+
+
+def sizes(frames: Sequence[Buffer]) -> list[int]:
+    """The size of each frame in bytes."""
+    return [len(f) if type(f) is bytes else memoryview(f).nbytes for f in frames]
 
 
 def join(kind: int, frames: Sequence[Buffer], max_size: int) -> bytes:

@@ -23,7 +23,7 @@ import cloudpickle  # type: ignore[import-untyped]
 
 from monarch_mesh import Extent, Point, Shape, Slice
 from monarch_supervision import ROOT, Delivery, MeshFailure, root_cause
-from monarch_transport import DecodeError, EncodeError, decode, new_event_loop
+from monarch_transport import DecodeError, EncodeError, decode, decode_payload, new_event_loop
 
 from .._core.config import cleanup_timeout, stop_actor_timeout
 from .._core.current import reset_current, set_current
@@ -230,7 +230,7 @@ class ActorHost:
                 )
         keep = header.get(Key.KEEP)
         try:
-            message: Any = decode(frames)[1]
+            message: Any = decode_payload(frames)  # the router has read the header
             args, kwargs = message
         except DecodeError as error:
             if keep is not None:

@@ -66,7 +66,7 @@ class Future(Generic[R]):
             not isinstance(timeout, int | float) or timeout < 0 or not math.isfinite(timeout)
         ):
             raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
-        if not self._cf.done() and _loop_running_here() and not _called_from_top_level():
+        if _loop_running_here() and not self._cf.done() and not _called_from_top_level():
             warnings.warn(
                 "Future.get() was called from within an active event loop: it blocks the "
                 "loop until the result arrives; use `await future` in async code instead",

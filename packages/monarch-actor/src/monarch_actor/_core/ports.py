@@ -7,7 +7,7 @@ import collections
 import concurrent.futures
 from typing import Any, Generic, TypeVar
 
-from monarch_transport import DecodeError, decode
+from monarch_transport import DecodeError, decode_payload
 
 from .future import Future
 from .process import get_runtime
@@ -90,7 +90,7 @@ class PortReceiver(Generic[R]):
 
     def _deliver(self, header: dict[str, Any], frames: Frames) -> None:  # on the loop
         try:
-            value = decode(frames)[1]
+            value = decode_payload(frames)  # the router has read the header
             failed = Key.FAILED in header
         except DecodeError as error:
             value, failed = error, True

@@ -1,7 +1,9 @@
 """The docs' notebook runs in a real Jupyter kernel, cell by cell, as a user
 runs it: actors defined in cells work in the procs, a failing endpoint shows
 its error in the cell (and the kernel goes on), and what the procs print
-reaches the notebook."""
+reaches the notebook, and an actor stopped at ``breakpoint()`` is attached,
+shows the cell's source and goes on (``test_notebook_debugger.py`` attaches
+with ``monarch debug`` from a terminal)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ def executed(tmp_path_factory):
     # as Jupyter starts it: ipykernel shows what is written to the kernel's own
     # stdout (the fd the procs inherit) only outside pytest, which it spots by this
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env["MONARCH_DEBUG_SERVER_PORT"] = "0"  # any free port, not 27000: CI runs side by side
+    env["MONARCH_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
     client.execute(env=env)
     return {cell["id"]: cell for cell in nb.cells}
 
@@ -95,6 +99,16 @@ def test_get_in_a_cell_does_not_warn(executed):
         for out in cell.get("outputs", []):
             if out["output_type"] == "stream":
                 assert "Future.get() was called from within" not in out["text"], out["text"]
+
+
+def test_a_breakpoint_in_a_cells_actor_is_attached_and_goes_on(executed):
+    shown = text(executed["debug-client"])
+    assert "Attached to debug session for steppers 0" in shown, shown
+    assert "loss is 1.0" in shown
+    # pdb lists the lines of the cell that defined the actor, kept by the kernel
+    assert "breakpoint()  # this actor waits here for the debugger" in shown, shown
+    assert "[steppers 0] continued" in shown
+    assert "returned 0.5" in shown
 
 
 def test_stopping_ends_the_procs(executed):

@@ -419,3 +419,49 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_the_controller_finds_the_source_of_a_notebook_cell(server, monkeypatch):
+    """A notebook's ``__main__`` has no ``__file__`` and its cells are no files:
+    the kernel keeps their text in ``linecache``. Code of a cell that travelled
+    by value is found there by its name, first line and bytecode."""
+    import linecache
+    import types
+
+    cell = "/tmp/ipykernel_4242/1234567.py"
+    source = textwrap.dedent(
+        """\
+        class Cell(Actor):
+            @endpoint
+            def step(self, x: int) -> int:
+                return x + 1
+
+
+        def outer():
+            def inner():
+                return 2
+
+            return inner
+
+
+        kept = outer()
+        """
+    )
+    main = types.ModuleType("__main__")
+    main.__dict__.update(Actor=Actor, endpoint=endpoint)
+    exec(compile(source, cell, "exec"), main.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setitem(linecache.cache, cell, (len(source), None, source.splitlines(True), cell))
+
+    def ask(code):
+        found = debug_controller().main_source.call_one(
+            code.co_qualname, code.co_firstlineno, code.co_code
+        )
+        return found.get(timeout=WAIT)
+
+    import inspect
+
+    step = inspect.unwrap(main.Cell.__dict__["step"].method).__code__  # the method itself
+    assert ask(step) == (cell, source)
+    assert ask(main.kept.__code__) == (cell, source)  # a nested function: found among the live ones
+    assert ask(ask.__code__) is None  # not a function of this __main__

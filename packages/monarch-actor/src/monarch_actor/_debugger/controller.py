@@ -23,14 +23,19 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import gc
+import inspect
+import linecache
 import logging
+import sys
 import threading
 from pathlib import Path
+from types import FunctionType
 from typing import Any
 
 from monarch_transport import job_secret
 
-from .._api.actor import Actor, concurrent_endpoint
+from .._api.actor import Actor, EndpointProperty, concurrent_endpoint
 from .._api.singletons import get_or_spawn_controller
 from .._core.config import debug_server_address
 from .._core.future import Future
@@ -234,6 +239,34 @@ class DebugController(Actor):
         except (OSError, UnicodeDecodeError):
             return None
 
+    @concurrent_endpoint
+    async def main_source(
+        self, qualname: str, firstlineno: int, code: bytes
+    ) -> tuple[str, str] | None:
+        """Where a function of the controller's ``__main__`` was defined, and
+        that file's text (called by sessions).
+
+        Code that travels by value loses its file name on the way. A script's
+        ``__main__`` says its file (``__file__``); a notebook's does not, and
+        its cells are no files on disk: the kernel keeps their text in
+        ``linecache``, which this reads.
+
+        Args:
+            qualname: the function's qualified name (``Trainer.step``).
+            firstlineno: the line its definition starts at.
+            code: its bytecode, to tell apart functions of the same name.
+
+        Returns:
+            The file (a notebook cell's name for it) and its text; ``None`` if
+            no such function is in ``__main__`` or its text is gone.
+        """
+        function = _main_function(qualname, firstlineno, code)
+        if function is None:
+            return None
+        filename = function.__code__.co_filename
+        lines = linecache.getlines(filename)
+        return (filename, "".join(lines)) if lines else None
+
     # last in the class: below this point, ``list`` names the endpoint
     @concurrent_endpoint
     async def list(self, print_output: bool = False) -> builtins.list[DebugSessionInfo]:
@@ -249,6 +282,41 @@ class DebugController(Actor):
         if print_output:
             log.info("debug sessions:\n%s", session_table(infos))
         return infos
+
+
+def _main_function(qualname: str, firstlineno: int, code: bytes) -> FunctionType | None:
+    """The function of ``__main__`` whose code is this: first by its
+    qualified name, then (a function defined inside another, or an older
+    class that a cell has since redefined) among every live function."""
+
+    def matches(candidate: Any) -> bool:
+        found = getattr(candidate, "__code__", None)
+        return (
+            isinstance(candidate, FunctionType)
+            and found is not None
+            and found.co_qualname == qualname
+            and found.co_firstlineno == firstlineno
+            and found.co_code == code
+        )
+
+    obj: Any = sys.modules.get("__main__")
+    for part in qualname.split("."):
+        namespace = getattr(obj, "__dict__", None)
+        obj = namespace.get(part) if isinstance(namespace, dict) else None
+        if isinstance(obj, EndpointProperty):
+            obj = obj.method  # the method the endpoint serves
+        obj = getattr(obj, "__func__", obj)  # a staticmethod or classmethod
+        if obj is None:
+            break
+    if obj is not None and callable(obj):
+        with contextlib.suppress(ValueError):  # a cycle of __wrapped__
+            obj = inspect.unwrap(obj)
+        if matches(obj):
+            return obj  # type: ignore[no-any-return]
+    for candidate in gc.get_objects():
+        if matches(candidate) and getattr(candidate, "__module__", None) == "__main__":
+            return candidate  # type: ignore[no-any-return]
+    return None
 
 
 # -- finding the debug controller ----------------------------------------------------------

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 from .._core.current import current
@@ -34,6 +34,9 @@ _active = threading.local()  # .session: the _RemotePdb of this thread's open se
 _SUSPENDS = {op for name, op in dis.opmap.items() if name in ("YIELD_VALUE", "RESUME")}
 _BY_VALUE = "<dynamic-code>"  # what cloudpickle names the file of code it carries by value
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+# code that came by value from a __main__ without __file__ (a notebook's): its
+# file and lines in the controller's process, or None where it has none
+_origins: dict[tuple[str, int, bytes], tuple[str, list[str]] | None] = {}
 
 
 def install_breakpoint_hook() -> None:
@@ -220,15 +223,18 @@ class _RemotePdb(pdb.Pdb):
         return text
 
     def _show_source_of(self, frame: FrameType) -> None:
-        """Give linecache the script's lines for code that cloudpickle brought
-        without its file (its frames name the file ``<dynamic-code>``)."""
+        """Give linecache the lines of code that cloudpickle brought without
+        its file (its frames name the file ``<dynamic-code>``): the script's,
+        or a notebook cell's, as the controller's process has them."""
         if frame.f_code.co_filename != _BY_VALUE:
             return
         path = frame.f_globals.get("__file__")
-        if not isinstance(path, str):
-            return
-        lines = self.sources.get(path)
-        if lines is None:
+        if not isinstance(path, str):  # a notebook's __main__: the controller knows the cell
+            found = _origin(frame.f_code)
+            lines = found[1] if found is not None else []
+        elif (cached := self.sources.get(path)) is not None:
+            lines = cached
+        else:
             try:
                 text: str | None = Path(path).read_text()
             except (OSError, UnicodeDecodeError):  # the script is on the controller's machine
@@ -237,8 +243,8 @@ class _RemotePdb(pdb.Pdb):
                 except Exception:
                     text = None
             lines = self.sources[path] = (text or "").splitlines(keepends=True)
-        if lines:
-            linecache.cache[_BY_VALUE] = (sum(map(len, lines)), None, lines, _BY_VALUE)
+        # always replace the entry: lines of other code, or none, rather than a wrong file's
+        linecache.cache[_BY_VALUE] = (sum(map(len, lines)), None, lines, _BY_VALUE)
 
     # -- commands that would wait on the process's own terminal ----------------------------
 
@@ -280,7 +286,24 @@ def _filename(frame: FrameType) -> str:
         origin = frame.f_globals.get("__file__")
         if isinstance(origin, str):
             return origin
+        found = _origin(frame.f_code)
+        if found is not None:
+            return found[0]
     return name
+
+
+def _origin(code: CodeType) -> tuple[str, list[str]] | None:
+    """Where code that came by value from a ``__main__`` without ``__file__``
+    (a notebook cell) was defined, and its lines: asked of the debug
+    controller, in the notebook's kernel, once per function."""
+    key = (code.co_qualname, code.co_firstlineno, code.co_code)
+    if key not in _origins:
+        try:
+            found = block_on(debug_controller().main_source.call_one(*key))
+        except Exception:  # no controller to ask: pdb shows no source
+            found = None
+        _origins[key] = None if found is None else (found[0], found[1].splitlines(keepends=True))
+    return _origins[key]
 
 
 def _suspending(frame: FrameType) -> bool:

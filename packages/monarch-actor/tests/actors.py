@@ -159,6 +159,15 @@ class Env(Actor):
         return os.environ.get(name)
 
 
+class Modules(Actor):
+    @endpoint
+    def loaded(self, names: list[str]) -> list[bool]:
+        """Which of ``names`` this process has imported."""
+        import sys
+
+        return [name in sys.modules for name in names]
+
+
 def set_flag() -> None:  # a bootstrap: runs in each new process before any actor
     os.environ["BOOTSTRAPPED"] = "yes"
 

@@ -37,6 +37,19 @@ def test_default_bootstrap_cmd_starts_this_interpreters_fork_server():
     assert command.inherit_env
 
 
+def test_a_workers_fork_server_preloads_torch_when_installed_by_default():
+    """A worker starts its fork server before any script attaches, so ``auto``
+    cannot mean "what the script imported": it is torch when installed."""
+    import importlib.util
+
+    from monarch_actor._procs.worker import worker_preload
+
+    installed = importlib.util.find_spec("torch") is not None
+    assert worker_preload("auto") == ("torch" if installed else "")
+    assert worker_preload("none") == ""
+    assert worker_preload("numpy,json") == "numpy,json"
+
+
 def test_the_processes_are_forked_from_that_command(procs):
     argv = procs.spawn("parent_command", ParentCommand).parent_argv.call().get(timeout=60)
     expected = default_bootstrap_cmd().argv()

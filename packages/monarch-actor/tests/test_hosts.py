@@ -135,6 +135,54 @@ def test_a_silent_host_is_declared_lost_after_its_deadline(workers, failures):
     procs.slice(hosts=0).stop().get(timeout=30)
 
 
+def children_of(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(child) for child in f.read().split()]
+
+
+def cmdline(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode()
+
+
+def test_a_worker_starts_its_fork_server_before_any_controller_attaches():
+    """A proc on another host is forked by a server already running there (its
+    imports done while no controller waited), not one started at attach."""
+    workers = Workers(1)
+    try:
+        worker = workers.procs[0].pid
+        deadline = time.monotonic() + 30
+        servers: list[int] = []
+        while not servers and time.monotonic() < deadline:
+            servers = [c for c in children_of(worker) if "_procs.zygote" in cmdline(c)]
+            time.sleep(0.05)
+        assert servers, "the worker started no fork server before a controller attached"
+        hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        pids = procs.spawn("v", Victim).pid.call().get(timeout=60)
+        assert [parent_of(pid) for _, pid in pids.items()] == servers  # forked by that one
+        hosts.shutdown().get(timeout=60)
+    finally:
+        workers.close()
+
+
+def test_a_running_fork_server_imports_what_the_controller_preloads(monkeypatch):
+    """A worker's ``auto`` preload takes each attaching script's list too: its
+    fork server, already running, imports those modules before it forks."""
+    from actors import Modules
+
+    workers = Workers(1, env={"MONARCH_PRELOAD": "auto"})
+    try:
+        monkeypatch.setenv("MONARCH_PRELOAD", "colorsys")  # this script's list
+        hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        loaded = procs.spawn("m", Modules).loaded.call_one(["colorsys"]).get(timeout=120)
+        assert loaded == [True]
+        hosts.shutdown().get(timeout=60)
+    finally:
+        workers.close()
+
+
 def test_attach_waits_for_a_worker_that_comes_up_later():
     job_secret()
     address = f"tcp://127.0.0.1:{free_port()}"

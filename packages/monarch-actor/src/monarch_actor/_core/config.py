@@ -131,7 +131,9 @@ PRELOAD = declare(
     env="MONARCH_PRELOAD",
     doc="Modules each host's fork server imports before forking procs, so every "
     "proc starts with them: `auto` is torch when the script has imported it, "
-    "`none` is nothing.",
+    "`none` is nothing. A worker (`run_worker_loop_forever`) starts its fork server "
+    "when it starts: its `auto` is torch when installed, then what each attaching "
+    "script's `auto` names.",
     owner=_OWNER,
 )
 

@@ -55,6 +55,7 @@ class HostAgent:
         on_exit: Callable[[Any, int, int, str], None],
         entry: str,
         on_spawned: Callable[[Any, int, int], None] | None = None,
+        preload: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.on_exit = on_exit  # (proc table, rank, exit code, its last words), on the loop
@@ -71,6 +72,8 @@ class HostAgent:
         # agent (the command's environment says what to preload)
         command = default_bootstrap_cmd()
         env = command.environment()
+        if preload is not None:  # a worker's choice: it cannot know its controllers' scripts
+            env[PRELOAD_ENV] = preload
         env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
         # the job's folder belongs to the controller: only its agent may remove it, when
         # the controller died without cleaning up (an agent started by a proc must not)
@@ -108,6 +111,13 @@ class HostAgent:
             # was fixed when it started)
             order["command"] = {**command, "base": dict(os.environ)}
         self._command(order)
+
+    def import_modules(self, names: str) -> None:
+        """Have the fork server import ``names`` (comma-separated) too, before
+        it forks the next process (those installed and not imported yet)."""
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        if wanted:
+            self._command({"op": "preload", "names": wanted})
 
     def kill(self, pid: int, sig: int = 9) -> None:
         self._command({"op": "kill", "pid": pid, "sig": sig})

@@ -66,9 +66,9 @@ class RemoteAgent:
 
     def hello(self) -> None:
         self.runtime.reset_peer(self.address)
-        # the worker starts its fork server now, importing what this script uses
-        # and answers under the address dialed here (one listening on every interface
-        # knows itself only as tcp://0.0.0.0:PORT)
+        # the worker's fork server (started with the worker) imports what this script
+        # uses too, and the worker answers under the address dialed here (one listening
+        # on every interface knows itself only as tcp://0.0.0.0:PORT)
         self._send("hello", None, preload=preload(), worker=self.address)
 
     def unreachable(self, reason: str) -> None:

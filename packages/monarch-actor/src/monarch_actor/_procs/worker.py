@@ -13,6 +13,8 @@ killed and the worker waits for the next one.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import logging
 import os
 import signal
@@ -21,12 +23,13 @@ from typing import Any
 
 from monarch_transport import decode
 
+from .._core.config import PRELOAD
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
-from .agent import PRELOAD_ENV, HostAgent
+from .agent import HostAgent
 from .gpus import host_gpus
 
-__all__ = ["BEAT", "HostService", "host_event"]
+__all__ = ["BEAT", "HostService", "host_event", "worker_preload"]
 
 log = logging.getLogger("monarch.actor.worker")
 BEAT = 1.0  # seconds between a worker's "alive" messages to its controllers
@@ -58,6 +61,11 @@ class HostService:
         runtime.provide(self)
         runtime.handle(Kind.HOST, self._on_message)
         runtime.lost_hooks.append(self._lost)
+        # the fork server starts with the worker, not at a controller's hello, so the
+        # modules procs use (torch) are imported while no controller waits for them
+        configured = PRELOAD.get().strip()
+        self.follows_controllers = configured == "auto"
+        self._agent(worker_preload(configured))
 
     # -- messages from controllers -------------------------------------------------------
 
@@ -71,9 +79,8 @@ class HostService:
             # interface's address, and must answer under whichever was dialed
             known_as = str(header.get("worker") or self.runtime.address)
             self.started.setdefault(controller, _Started(controller, known_as)).known_as = known_as
-            if self.agent is None:  # warm: the first spawn need not wait for it
-                os.environ.setdefault(PRELOAD_ENV, str(header.get("preload") or "none"))
-                self._agent()
+            if self.follows_controllers:  # what this script imports, the procs will too
+                self._agent().import_modules(str(header.get("preload") or ""))
             self._tell(controller, "hello", self._describe())
             if first:
                 log.info("serving controller %s", controller)
@@ -107,9 +114,11 @@ class HostService:
             "pid": os.getpid(),
         }
 
-    def _agent(self) -> HostAgent:
+    def _agent(self, preload: str | None = None) -> HostAgent:
         if self.agent is None:
-            self.agent = HostAgent(self.runtime, self._exited, self.entry, self._spawned)
+            self.agent = HostAgent(
+                self.runtime, self._exited, self.entry, self._spawned, preload=preload
+            )
         return self.agent
 
     # -- what this host's fork server tells -----------------------------------------------
@@ -174,6 +183,19 @@ class HostService:
             self._end(controller, "the worker is stopping")
         if self.agent is not None:
             self.agent.close()
+
+
+def worker_preload(configured: str) -> str:
+    """What a worker's fork server imports when it starts, for the ``preload``
+    setting ``configured``: ``auto`` is torch when installed (the scripts
+    that will use this worker are not known yet; each one's own ``auto``
+    list is imported when it attaches), ``none`` nothing, else the list."""
+    if configured == "auto":
+        with contextlib.suppress(ImportError, ValueError):
+            if importlib.util.find_spec("torch") is not None:
+                return "torch"
+        return ""
+    return "" if configured == "none" else configured
 
 
 def _free_port(host: str) -> int:

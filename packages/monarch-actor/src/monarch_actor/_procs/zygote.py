@@ -49,11 +49,18 @@ def die_with_parent(sig: int) -> None:
 
 
 def preload(entry_module: str) -> None:
-    names = os.environ.get("MONARCH_PRELOAD")
-    wanted = (names or "").split(",")
-    for name in [entry_module, *filter(None, (n.strip() for n in wanted))]:
-        if importlib.util.find_spec(name) is not None:
-            with contextlib.suppress(Exception):
+    """Import the procs' entry module and what ``$MONARCH_PRELOAD`` names."""
+    import_modules([entry_module, *(os.environ.get("MONARCH_PRELOAD") or "").split(",")])
+
+
+def import_modules(names: list[str]) -> None:
+    """Import each of ``names`` that is installed and not imported yet (a
+    module that fails to import is left to the procs that use it)."""
+    for name in filter(None, (n.strip() for n in names)):
+        if name in sys.modules or name in ("none", "auto"):
+            continue
+        with contextlib.suppress(Exception):
+            if importlib.util.find_spec(name) is not None:
                 importlib.import_module(name)
 
 
@@ -103,6 +110,8 @@ class Zygote:
                 self.become_proc(command["blob"])
             self.children.add(pid)
             self.emit({"ev": "spawned", "id": command["id"], "pid": pid})
+        elif op == "preload":  # a worker's new controller uses more modules
+            import_modules(list(command.get("names") or []))
         elif op == "kill":
             pid = command["pid"]
             if pid in self.children:

@@ -161,7 +161,13 @@ def test_a_worker_starts_its_fork_server_before_any_controller_attaches():
         procs = hosts.spawn_procs(per_host={"gpus": 1})
         pids = procs.spawn("v", Victim).pid.call().get(timeout=60)
         assert [parent_of(pid) for _, pid in pids.items()] == servers  # forked by that one
+        with open(f"/proc/{servers[0]}/environ", "rb") as f:
+            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        folder = env[b"MONARCH_JOB_DIR"].decode()
+        assert os.path.isdir(folder)
         hosts.shutdown().get(timeout=60)
+        assert workers.procs[0].wait(30) == 0
+        assert not os.path.exists(folder)  # the worker's job folder goes with it
     finally:
         workers.close()
 

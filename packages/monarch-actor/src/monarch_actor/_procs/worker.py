@@ -17,6 +17,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import socket
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from monarch_transport import decode
 
 from .._core.config import PRELOAD
+from .._core.process import job_dir
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
 from .agent import HostAgent
@@ -183,6 +185,8 @@ class HostService:
             self._end(controller, "the worker is stopping")
         if self.agent is not None:
             self.agent.close()
+            # the job's folder is this worker's: a worker ends with os._exit, past atexit
+            shutil.rmtree(job_dir(), ignore_errors=True)
 
 
 def worker_preload(configured: str) -> str:

@@ -38,6 +38,7 @@ The executable ``tools/netns-hosts`` is the command-line face of this module.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import os
@@ -302,10 +303,8 @@ class Hosts:
                 proc.kill()
                 proc.wait(5.0)
         for pid in self.pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
         down(self.prefix)
 
 

@@ -43,7 +43,6 @@ from typing import Any
 
 from _timing import log, median_time
 
-
 MEASURES = ("attach", "spawn", "call_one", "call_all", "broadcast", "rdma_64m")
 
 
@@ -93,6 +92,7 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         @endpoint
         def buffer(self) -> Any:
             import torch
+
             from monarch.rdma import RDMABuffer
 
             self.data = torch.ones(64 << 20, dtype=torch.uint8)
@@ -176,7 +176,7 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         results["lost_timeout"] = args.lost_timeout
         try:
             pending.get(timeout=args.lost_timeout)
-        except Exception as error:  # noqa: BLE001 - whatever each implementation raises
+        except Exception as error:  # whatever each implementation raises
             took = time.perf_counter() - start
             results["lost_error"] = f"{type(error).__name__}: {str(error)[:300]}"
             if "timeout" not in type(error).__name__.lower():  # not our own bound

@@ -18,6 +18,7 @@ for the actor suite.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -446,10 +447,8 @@ def on_hosts(
             return {}
         finally:
             for worker in workers:  # each worker's group: the worker and its procs
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(worker.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         lines = done.stdout.strip().splitlines()
         if done.returncode == 0 and lines:
             return json.loads(lines[-1])
@@ -549,10 +548,8 @@ def scale(args: argparse.Namespace) -> str:
             first = next(iter(results[label].values()), None)
             bound, kill = LOST_FIRST, True
             if first:
-                fits = [
-                    n for n in sizes
-                    if needed_memory(first, n, scale_layout(n)[0]) <= MEMORY_SHARE * available_memory()
-                ]  # fmt: skip
+                room = MEMORY_SHARE * available_memory()
+                fits = [n for n in sizes if needed_memory(first, n, scale_layout(n)[0]) <= room]
                 took = first.get("lost")
                 bound = max(30.0, 2 * took) if took else LOST_FIRST
                 kill = took is not None and (took <= 30 or procs == max(fits, default=procs))

@@ -209,6 +209,7 @@ def plot(data: str, out: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     with open(data) as f:
         results = json.load(f)
@@ -235,7 +236,10 @@ def plot(data: str, out: str) -> None:
         ax.legend(fontsize=8)
     for ax in axes.flat:
         ax.set_xticks(sorted(sizes), [str(n) for n in sorted(sizes)])
-        ax.minorticks_off()
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     for ax in axes[1]:
         ax.set_xlabel("procs in the mesh (hosts = min(16, procs / 2))")
     fig.suptitle("Scale: one actor per proc, up to 16 network-namespace hosts")

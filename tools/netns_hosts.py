@@ -38,6 +38,7 @@ The executable ``tools/netns-hosts`` is the command-line face of this module.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import os
@@ -279,8 +280,18 @@ class Hosts:
         """Plug ``host`` back in (see module ``restore``)."""
         restore(self.prefix, host)
 
+    def pids(self) -> list[int]:
+        """Every process running in one of these hosts' namespaces now
+        (``ip netns pids``): what ``popen`` started and whatever that started."""
+        found = []
+        for ns in _owned(self.prefix):
+            found += [int(p) for p in _ip("netns", "pids", ns, check=False).split()]
+        return found
+
     def close(self) -> None:
-        """End the processes ``popen`` started (TERM, then KILL after 5 s) and remove all."""
+        """End the processes ``popen`` started (TERM, then KILL after 5 s), then
+        KILL whatever else still runs in the namespaces (what they started and
+        left behind), and remove all."""
         for proc in self._procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -291,6 +302,9 @@ class Hosts:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5.0)
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
         down(self.prefix)
 
 

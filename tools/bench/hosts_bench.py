@@ -15,9 +15,19 @@ one per host) are already running at ``--workers``. It measures:
 - ``broadcast``: ``broadcast()`` to every actor, repeated, then one
   ``call()`` that returns after all of them (broadcasts/s);
 - ``rdma_64m``: an actor on the first host reads 64 MiB that an actor on the
-  second host registered as an ``RDMABuffer`` (bytes/s, median).
+  second host registered as an ``RDMABuffer`` (bytes/s, median);
+- ``lost`` (only with ``--kill PGID``): with a call to an actor on the last
+  host pending, SIGKILL that host's worker process group (the worker and its
+  procs), then seconds until the pending call raises (``lost``) and until
+  ``unhandled_fault_hook`` hears of it (``lost_hook``); None where it did not
+  within ``--lost-timeout`` (30 s);
+- ``memory``: the resident (RSS) and proportional (PSS) set of one proc, of
+  each worker (``--worker-pids``) and of this controller, after the spawn, in
+  bytes.
 
-Prints one JSON object with those keys.
+``--per-host`` sets the procs per host (2), ``--measures`` which of the
+above to take (all but ``lost``; ``spawn`` always runs). Prints one JSON
+object with those keys.
 
     python tools/bench/hosts_bench.py --impl ours --workers tcp://10.0.0.2:26600,...
 """
@@ -26,27 +36,50 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import time
 from typing import Any
 
 from _timing import log, median_time
 
+MEASURES = ("attach", "spawn", "call_one", "call_all", "broadcast", "rdma_64m")
+
+
+def memory(pid: int | str = "self") -> dict[str, int]:
+    """Resident and proportional set size of a process, in bytes (Linux)."""
+    sizes = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Pss"):
+                sizes[key.lower()] = int(rest.split()[0]) * 1024
+    return sizes
+
 
 def workload(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-
+    import monarch.actor
     from monarch.actor import Actor, attach_to_workers, endpoint
-    from monarch.rdma import RDMABuffer
+
+    measures = set(args.measures.split(",")) | {"spawn"}
 
     class Bench(Actor):
+        # torch is imported where it is used: a mesh that only calls stays light
         def __init__(self) -> None:
             self.pokes = 0
-            self.data = torch.ones(64 << 20, dtype=torch.uint8)
-            self.into = torch.zeros(64 << 20, dtype=torch.uint8)
 
         @endpoint
         def ping(self) -> int:
             return 0
+
+        @endpoint
+        def memory(self) -> dict[str, int]:
+            return memory()
+
+        @endpoint
+        def nap(self, seconds: float) -> float:
+            time.sleep(seconds)
+            return seconds
 
         @endpoint
         def poke(self) -> None:
@@ -58,10 +91,18 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
 
         @endpoint
         def buffer(self) -> Any:
+            import torch
+
+            from monarch.rdma import RDMABuffer
+
+            self.data = torch.ones(64 << 20, dtype=torch.uint8)
             return RDMABuffer(self.data.view(-1))
 
         @endpoint
         def read(self, buffer: Any, times: int) -> list[float]:
+            import torch
+
+            self.into = torch.zeros(64 << 20, dtype=torch.uint8)
             seconds = []
             for _ in range(times):
                 start = time.perf_counter()
@@ -82,53 +123,160 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
     log(f"attach: {results['attach']:.3f} s")
 
     start = time.perf_counter()
-    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    procs = hosts.spawn_procs(per_host={"gpus": args.per_host})
     actors = procs.spawn("bench", Bench)
-    n = len(workers) * 2
-    assert list(actors.ping.call().get().values()) == [0] * n
+    n = len(workers) * args.per_host
+    assert list(actors.ping.call().get(timeout=args.timeout).values()) == [0] * n
     results["spawn"] = time.perf_counter() - start
     log(f"spawn {n}: {results['spawn']:.3f} s")
+    results["memory"] = {
+        "proc": actors.slice(hosts=0, gpus=0).memory.call_one().get(),
+        "workers": [memory(pid) for pid in args.worker_pids.split(",") if pid],
+        "controller": memory(),
+    }
+    log(f"memory: {results['memory']}")
 
     quick = args.quick
-    remote = actors.slice(hosts=len(workers) - 1, gpus=0)
-    results["call_one"] = median_time(
-        lambda: remote.ping.call_one().get(), 50 if quick else 1000, 20
-    )
-    log(f"call_one: {results['call_one'] * 1e6:.0f} us")
-    results["call_all"] = median_time(lambda: actors.ping.call().get(), 20 if quick else 300, 10)
-    log(f"call_all: {results['call_all'] * 1e6:.0f} us")
+    # fewer rounds for bigger meshes: each round reaches every actor
+    scale = max(1, n // 6)
+    if "call_one" in measures:
+        remote = actors.slice(hosts=len(workers) - 1, gpus=0)
+        results["call_one"] = median_time(
+            lambda: remote.ping.call_one().get(), 50 if quick else 1000, 20
+        )
+        log(f"call_one: {results['call_one'] * 1e6:.0f} us")
+    if "call_all" in measures:
+        samples = 20 if quick else max(30, 300 // scale)
+        results["call_all"] = median_time(lambda: actors.ping.call().get(), samples, 10)
+        log(f"call_all: {results['call_all'] * 1e6:.0f} us")
 
-    rounds = 100 if quick else 2000
-    start = time.perf_counter()
-    for _ in range(rounds):
-        actors.poke.broadcast()
-    counts = actors.count.call().get().values()
-    results["broadcast"] = rounds / (time.perf_counter() - start)
-    assert all(c >= rounds for c in counts), counts
-    log(f"broadcast: {results['broadcast']:.0f}/s")
+    if "broadcast" in measures:
+        rounds = 100 if quick else max(50, 2000 // scale)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            actors.poke.broadcast()
+        counts = actors.count.call().get(timeout=args.timeout).values()
+        results["broadcast"] = rounds / (time.perf_counter() - start)
+        assert all(c >= rounds for c in counts), counts
+        log(f"broadcast: {results['broadcast']:.0f}/s")
 
-    owner = actors.slice(hosts=1, gpus=0)
-    reader = actors.slice(hosts=0, gpus=0)
-    buffer = owner.buffer.call_one().get()
-    seconds = reader.read.call_one(buffer, 3 if quick else 15).get()
-    seconds = sorted(seconds)[1:] if len(seconds) > 2 else seconds  # the first warms up
-    results["rdma_64m"] = (64 << 20) / sorted(seconds)[len(seconds) // 2]
-    log(f"rdma 64 MiB: {results['rdma_64m'] / 1e9:.2f} GB/s")
+    if "rdma_64m" in measures:
+        results["rdma_64m"] = rdma(actors, quick)
+        log(f"rdma 64 MiB: {results['rdma_64m'] / 1e9:.2f} GB/s")
+
+    if args.kill:
+        heard: list[float] = []
+        monarch.actor.unhandled_fault_hook = lambda failure: heard.append(time.perf_counter())
+        last = actors.slice(hosts=len(workers) - 1, gpus=0)
+        pending = last.nap.call_one(120.0)
+        time.sleep(0.5)  # the call is delivered and running
+        start = time.perf_counter()
+        os.killpg(args.kill, signal.SIGKILL)  # the last host: its worker and every proc
+        results["lost"] = results["lost_hook"] = None
+        results["lost_timeout"] = args.lost_timeout
+        try:
+            pending.get(timeout=args.lost_timeout)
+        except Exception as error:  # whatever each implementation raises
+            took = time.perf_counter() - start
+            results["lost_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+            if "timeout" not in type(error).__name__.lower():  # not our own bound
+                results["lost"] = took
+            log(f"lost after {took:.3f} s: {results['lost_error']}")
+        deadline = start + args.lost_timeout
+        while not heard and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        results["lost_hook"] = heard[0] - start if heard else None
+        log(f"lost_hook: {results['lost_hook']}")
+        return results  # the mesh is broken: the caller ends the hosts
 
     hosts.shutdown().get()
     return results
 
 
+def rdma(actors: Any, quick: bool) -> float:
+    owner = actors.slice(hosts=1, gpus=0)
+    reader = actors.slice(hosts=0, gpus=0)
+    buffer = owner.buffer.call_one().get()
+    seconds = reader.read.call_one(buffer, 3 if quick else 15).get()
+    seconds = sorted(seconds)[1:] if len(seconds) > 2 else seconds  # the first warms up
+    return (64 << 20) / sorted(seconds)[len(seconds) // 2]
+
+
+def plot(data: str, out: str) -> None:
+    """Draw the scale suite's results (``run.py``'s JSON: label -> procs ->
+    result) as four panels against mesh size, one line per implementation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    with open(data) as f:
+        results = json.load(f)
+    panels = (
+        ("spawn", "spawn + first call to all (s)", 1),
+        ("call_all", "call to all and gather, median (ms)", 1e3),
+        ("broadcast", "broadcasts/s", 1),
+        ("lost", "lost host: pending call raises (s)", 1),
+    )
+    fig, axes = plt.subplots(2, 2, figsize=(9.6, 6.4), dpi=110)
+    sizes: set[int] = set()
+    for ax, (key, title, unit) in zip(axes.flat, panels, strict=True):
+        for label, by_size in results.items():
+            points = sorted(
+                (int(n), r[key] * unit) for n, r in by_size.items() if r and r.get(key) is not None
+            )
+            if points:
+                sizes |= {n for n, _ in points}
+                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes.flat:
+        ax.set_xticks(sorted(sizes), [str(n) for n in sorted(sizes)])
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    for ax in axes[1]:
+        ax.set_xlabel("procs in the mesh (hosts = min(16, procs / 2))")
+    fig.suptitle("Scale: one actor per proc, up to 16 network-namespace hosts")
+    fig.tight_layout()
+    fig.savefig(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", choices=["ours", "monarch"], required=True)
-    parser.add_argument("--workers", required=True, help="comma-separated worker addresses")
+    parser.add_argument("--impl", choices=["ours", "monarch"])
+    parser.add_argument("--workers", help="comma-separated worker addresses")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test)")
     parser.add_argument(
         "--listen", help="where this controller listens, for enable_transport (tcp://IP:0)"
     )
+    parser.add_argument("--per-host", type=int, default=2, help="procs per host")
+    parser.add_argument(
+        "--measures", default=",".join(MEASURES), help=f"which of {','.join(MEASURES)}"
+    )
+    parser.add_argument("--kill", type=int, help="then kill this worker process group (lost)")
+    parser.add_argument("--worker-pids", default="", help="comma-separated, for their memory")
+    parser.add_argument(
+        "--lost-timeout", type=float, default=30, help="how long to wait for a lost host's report"
+    )
+    parser.add_argument("--timeout", type=float, default=300, help="bound on the spawn's call")
+    parser.add_argument("--plot", help="instead: draw the scale suite's JSON into --out")
+    parser.add_argument("--out", help="the PNG --plot draws")
     args = parser.parse_args()
-    print(json.dumps(workload(args)))
+    if args.plot:
+        plot(args.plot, args.out)
+        return
+    if not args.impl or not args.workers:
+        parser.error("--impl and --workers are required (unless --plot)")
+    results = workload(args)
+    print(json.dumps(results), flush=True)
+    if args.kill:  # a lost host may leave either runtime waiting on it at exit
+        os._exit(0)
 
 
 if __name__ == "__main__":

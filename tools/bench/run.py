@@ -7,6 +7,7 @@ ratios into docs/benchmarks.md.
     hatch run bench cpu --write     # CPU per call_one: ours, Monarch, the plain Python floor
     hatch run bench rdma --write    # RDMA buffers: ours (same host, tcp), Monarch, memcpy
     hatch run bench hosts --write   # 3 hosts in network namespaces: ours and Monarch (root)
+    hatch run bench scale --write   # 8 to 256 procs on up to 16 namespace hosts (root)
     hatch run bench tensor --write  # distributed tensors on 4 procs: ours and Monarch
     hatch run bench cuda            # 64 MiB CUDA tensor echo: IPC, staged, CPU (needs a GPU)
 
@@ -18,6 +19,7 @@ for the actor suite.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -284,11 +286,7 @@ def actor(args: argparse.Namespace) -> str:
     if args.write and any(sweeps.values()):
         image = ROOT / "docs" / "img" / "broadcast-latency.png"
         image.parent.mkdir(parents=True, exist_ok=True)
-        check = subprocess.run([monarch, "-c", "import matplotlib"], capture_output=True)
-        if check.returncode:
-            console.print(f"installing matplotlib into {monarch.parent.parent} ...")
-            pip = [monarch, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, "matplotlib"]
-            subprocess.run(pip, check=True)
+        monarch = plotting_python(args.monarch_python)
         with tempfile.TemporaryDirectory() as tmp:
             specs = []
             for label, result in results.items():
@@ -409,47 +407,75 @@ HOSTS_ROWS: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...] = (
 )
 
 
-def hosts(args: argparse.Namespace) -> str:
-    """3 hosts x 2 procs, each host and the controller in a network
-    namespace of its own (tools/netns_hosts.py; needs root)."""
+WORKER = (
+    "import sys; from monarch.actor import run_worker_loop_forever as run; "
+    "run(address=sys.argv[1], ca='trust_all_connections')"
+)
+
+
+def namespaces() -> Any:
+    """tools/netns_hosts.py, once this machine is known to allow network namespaces."""
     sys.path.insert(0, str(ROOT / "tools"))
     import netns_hosts
 
     reason = netns_hosts.available()
     if reason:
-        raise SystemExit(f"the hosts suite needs network namespaces: {reason}")
-    began = time.perf_counter()
-    worker = (
-        "import sys; from monarch.actor import run_worker_loop_forever as run; "
-        "run(address=sys.argv[1], ca='trust_all_connections')"
-    )
-    pythons = {"ours": Path(sys.executable), "Monarch 0.7.0": monarch_python(args.monarch_python)}
-    results: dict[str, dict[str, Any]] = {}
-    for label, python in pythons.items():
-        impl = "ours" if label == "ours" else "monarch"
-        env = {**os.environ, "PYTHONPATH": "", "MONARCH_RDMA_BACKEND": "tcp"}
-        env.setdefault("MONARCH_JOB_SECRET", os.urandom(32).hex())
-        with netns_hosts.hosts(3) as h:
-            names = ["h0", "h1", "h2"]
-            addresses = [f"tcp://{h.ip(name)}:26600" for name in names]
-            for name, address in zip(names, addresses, strict=True):
-                h.popen(name, [str(python), "-c", worker, address], env=env)
-            bench = [str(BENCH / "hosts_bench.py"), "--impl", impl]
-            bench += ["--workers", ",".join(addresses)]
-            if impl == "monarch":  # ours finds the interface that routes to the workers itself
-                bench += ["--listen", f"tcp://{h.ip('ctl')}:0"]
-            console.print(f"running hosts_bench.py for {label} ...")
+        raise SystemExit(f"this suite needs network namespaces: {reason}")
+    return netns_hosts
+
+
+def on_hosts(
+    python: Path, impl: str, n: int, argv: list[str], timeout: float, kill: bool = False
+) -> dict[str, Any]:
+    """Run tools/bench/hosts_bench.py ``argv`` as the controller of ``n``
+    network-namespace hosts, a ``run_worker_loop_forever`` worker on each; with
+    ``kill``, it kills the last host's worker and procs itself (``lost``).
+    Everything started in the namespaces ends with them; {} if it failed."""
+    env = {**os.environ, "PYTHONPATH": "", "MONARCH_RDMA_BACKEND": "tcp"}
+    env.setdefault("MONARCH_JOB_SECRET", os.urandom(32).hex())
+    with namespaces().hosts(n) as h:
+        names = [f"h{i}" for i in range(n)]
+        addresses = [f"tcp://{h.ip(name)}:26600" for name in names]
+        workers = [
+            h.popen(name, [str(python), "-c", WORKER, address], env=env, start_new_session=True)
+            for name, address in zip(names, addresses, strict=True)
+        ]
+        bench = [str(BENCH / "hosts_bench.py"), "--impl", impl, "--workers", ",".join(addresses)]
+        bench += ["--worker-pids", ",".join(str(w.pid) for w in workers), *argv]
+        if kill:
+            bench += ["--kill", str(workers[-1].pid)]
+        if impl == "monarch":  # ours finds the interface that routes to the workers itself
+            bench += ["--listen", f"tcp://{h.ip('ctl')}:0"]
+        console.print(f"running hosts_bench.py for {impl} on {n} hosts {' '.join(argv)} ...")
+        try:
             done = h.run(
-                "ctl", [str(python), *bench], env=env, capture_output=True, text=True, timeout=600
-            )
-            lines = done.stdout.strip().splitlines()
-            if done.returncode == 0 and lines:
-                results[label] = json.loads(lines[-1])
-            else:
-                console.print(
-                    f"[red]{label} failed[/]:\n" + "\n".join(done.stderr.splitlines()[-25:])
-                )
-                results[label] = {}
+                "ctl", [str(python), *bench], env=env, capture_output=True, text=True,
+                timeout=timeout,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            console.print(f"[red]{impl} timed out after {timeout:.0f} s[/]")
+            return {}
+        finally:
+            for worker in workers:  # each worker's group: the worker and its procs
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(worker.pid, signal.SIGKILL)
+        lines = done.stdout.strip().splitlines()
+        if done.returncode == 0 and lines:
+            return json.loads(lines[-1])
+        console.print(f"[red]{impl} failed[/]:\n" + "\n".join(done.stderr.splitlines()[-25:]))
+        return {}
+
+
+def hosts(args: argparse.Namespace) -> str:
+    """3 hosts x 2 procs, each host and the controller in a network
+    namespace of its own (tools/netns_hosts.py; needs root)."""
+    namespaces()
+    began = time.perf_counter()
+    pythons = {"ours": Path(sys.executable), "Monarch 0.7.0": monarch_python(args.monarch_python)}
+    results = {
+        label: on_hosts(python, "ours" if label == "ours" else "monarch", 3, [], 600)
+        for label, python in pythons.items()
+    }
     title = "across hosts: 3 network-namespace hosts x 2 procs, ours and Monarch 0.7.0"
     rows = compare(title, HOSTS_ROWS, results)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -520,6 +546,169 @@ def cpu(args: argparse.Namespace) -> str:
             *both.done(),
         ]
     )
+
+
+SCALE_SIZES = (8, 16, 32, 64, 128, 256)
+SCALE_HOSTS = 16  # hosts = min(16, procs / 2): the hosts fill up first, then each host
+SCALE_MEASURES = "spawn,call_all,broadcast"
+# the most of this machine's available memory one mesh may take: the rest is
+# left to whatever else runs here (other jobs, the page cache)
+MEMORY_SHARE = 0.6
+LOST_FIRST = 120.0  # seconds the smallest mesh waits for a lost host's report
+
+
+def scale_layout(procs: int) -> tuple[int, int]:
+    """(hosts, procs per host) for a mesh of ``procs``: two procs per host
+    until there are 16 hosts, then more procs on each of the 16."""
+    hosts = max(1, min(SCALE_HOSTS, procs // 2))
+    return hosts, procs // hosts
+
+
+def available_memory() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
+
+
+def needed_memory(result: dict[str, Any], procs: int, hosts: int) -> float:
+    """What a mesh of ``procs`` on ``hosts`` would take, from one measured run:
+    each proc's and each worker's proportional set size, and the controller's."""
+    memory = result["memory"]
+    workers = memory["workers"] or [{"pss": 0}]
+    per_worker = sum(w["pss"] for w in workers) / len(workers)
+    return memory["proc"]["pss"] * procs + per_worker * hosts + memory["controller"]["pss"]
+
+
+def scale(args: argparse.Namespace) -> str:
+    """Meshes of 8 to 256 procs over up to 16 network-namespace hosts, ours
+    and Monarch 0.7.0 where it fits this machine's memory: spawn, call to
+    all, broadcast rate, and the time until a killed host is reported."""
+    namespaces()
+    began = time.perf_counter()
+    sizes = [int(n) for n in args.sizes.split(",")] if args.sizes else list(SCALE_SIZES)
+    pythons = {"ours": Path(sys.executable), "Monarch 0.7.0": monarch_python(args.monarch_python)}
+    if args.ours_only:
+        del pythons["Monarch 0.7.0"]
+    results: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in pythons}
+    skipped: dict[str, str] = {}
+    for procs in sizes:
+        n_hosts, per_host = scale_layout(procs)
+        for label, python in pythons.items():
+            if label in skipped:
+                continue
+            earlier = [r for r in results[label].values() if r.get("memory")]
+            if earlier:
+                need = needed_memory(earlier[-1], procs, n_hosts)
+                if need > MEMORY_SHARE * available_memory():
+                    skipped[label] = (
+                        f"from {procs} procs on: needs ~{need / 2**30:.1f} GiB, "
+                        f"{available_memory() / 2**30:.1f} GiB available"
+                    )
+                    console.print(f"[yellow]{label}: skipped {skipped[label]}[/]")
+                    continue
+            argv = ["--per-host", str(per_host), "--measures", SCALE_MEASURES]
+            # the first size waits long for a lost host's report; the others
+            # twice what that took (at least 30 s), and where that is slow
+            # (over 30 s: Monarch's) only the largest size that fits memory
+            first = next(iter(results[label].values()), None)
+            bound, kill = LOST_FIRST, True
+            if first:
+                room = MEMORY_SHARE * available_memory()
+                fits = [n for n in sizes if needed_memory(first, n, scale_layout(n)[0]) <= room]
+                took = first.get("lost")
+                bound = max(30.0, 2 * took) if took else LOST_FIRST
+                kill = took is not None and (took <= 30 or procs == max(fits, default=procs))
+            argv += ["--lost-timeout", f"{bound:.0f}"]
+            impl = "ours" if label == "ours" else "monarch"
+            timeout = args.scale_timeout + (bound if kill else 0)
+            result = on_hosts(python, impl, n_hosts, argv, timeout, kill=kill)
+            results[label][procs] = result
+            if not result:
+                skipped[label] = f"from {procs} procs on: failed or overran (see above)"
+    console.print_json(json.dumps(results))
+    table_rows = scale_rows(results, sizes)
+    if args.write:
+        draw_scale(results, args.monarch_python)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    took = time.perf_counter() - began
+    memory = ", ".join(
+        f"{label}: one proc {r['memory']['proc']['pss'] / 2**20:.0f} MiB PSS "
+        f"({r['memory']['proc']['rss'] / 2**20:.0f} MiB RSS), one worker "
+        f"{r['memory']['workers'][0]['pss'] / 2**20:.0f} MiB PSS"
+        for label, by_size in results.items()
+        for r in [next((x for x in reversed(by_size.values()) if x.get("memory")), None)]
+        if r and r["memory"]["workers"]
+    )
+    notes = [f"{label} not measured {why}." for label, why in skipped.items()]
+    return "\n".join(
+        [
+            f"Measured on {machine}, {available_memory() / 2**30:.0f} GiB available, "
+            f"in {took / 60:.1f} minutes. Hosts = min(16, procs / 2), every host and the "
+            "controller a network namespace of its own (as in *Across hosts*), one worker "
+            "per host. Spawn is `spawn_procs` + `spawn` until a first call to all returns; "
+            "the call to all a median (300 / (procs / 6) samples, at least 30); broadcasts "
+            "as in *Across hosts* (2,000 / (procs / 6) rounds, at least 50); a lost host is "
+            "the last host's worker and procs killed (SIGKILL to the process group) while a "
+            "call to one of its actors waits: seconds until that call raises, and until "
+            f"`unhandled_fault_hook` hears of it. Memory after the spawn: {memory}.",
+            *(["", *notes] if notes else []),
+            "",
+            *table_rows,
+        ]
+    )
+
+
+def scale_rows(results: dict[str, dict[int, dict[str, Any]]], sizes: list[int]) -> list[str]:
+    """The scale tables: one per measure, a row per mesh size, a column per
+    implementation (at most six columns, as on the rest of the page)."""
+    labels = list(results)
+    measures = (
+        ("spawn", "Spawn", lambda v: duration(v)),
+        ("call_all", "Call to all", lambda v: duration(v)),
+        ("broadcast", "Broadcasts per second", lambda v: f"{v:,.0f}"),
+        ("lost", "A lost host: until the waiting call raises", lambda v: duration(v)),
+        ("lost_hook", "A lost host: until `unhandled_fault_hook` hears", lambda v: duration(v)),
+    )
+    rows: list[str] = []
+    for key, title, show in measures:
+        both = Both(title, ("procs", "hosts x procs", *labels))
+        for procs in sizes:
+            n_hosts, per_host = scale_layout(procs)
+            cells = [str(procs), f"{n_hosts} x {per_host}"]
+            for label in labels:
+                result = results[label].get(procs)
+                if result is None:
+                    cells.append("—")
+                elif not result:
+                    cells.append("failed")
+                elif key not in result:
+                    cells.append("not measured")
+                elif result[key] is None:
+                    cells.append(f"> {result.get('lost_timeout', 30):.0f} s")
+                else:
+                    cells.append(show(result[key]))
+            both.add(*cells)
+        rows += ["", f"**{title}**", "", *both.done()]
+    return rows[1:]
+
+
+def plotting_python(explicit: str | None) -> Path:
+    """A Python with matplotlib: Monarch's benchmark environment, given it on first use."""
+    python = monarch_python(explicit)
+    if subprocess.run([python, "-c", "import matplotlib"], capture_output=True).returncode:
+        console.print(f"installing matplotlib into {python.parent.parent} ...")
+        pip = [python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, "matplotlib"]
+        subprocess.run(pip, check=True)
+    return python
+
+
+def draw_scale(results: dict[str, dict[int, dict[str, Any]]], explicit: str | None) -> None:
+    image = ROOT / "docs" / "img" / "scale.png"
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "scale.json"
+        data.write_text(json.dumps(results))
+        plot = [plotting_python(explicit), BENCH / "hosts_bench.py", "--plot", data, "--out", image]
+        subprocess.run(plot, check=True)
+    console.print(f"drew {image.relative_to(ROOT)}")
 
 
 # (key, what) of the tensor suite's rows, as in ACTOR_ROWS
@@ -610,6 +799,7 @@ SUITES = {
     "cpu": cpu,
     "rdma": rdma,
     "hosts": hosts,
+    "scale": scale,
     "tensor": tensor,
     "cuda": cuda,
 }
@@ -638,6 +828,11 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--monarch-python", help="a Python that has torchmonarch 0.7.0 installed")
     parser.add_argument("--ray-python", help="a Python that has Ray installed (actor suite)")
+    parser.add_argument("--sizes", help="scale suite: mesh sizes (8,16,32,64,128,256)")
+    parser.add_argument("--ours-only", action="store_true", help="scale suite: not Monarch")
+    parser.add_argument(
+        "--scale-timeout", type=float, default=180, help="scale suite: seconds per mesh size"
+    )
     args = parser.parse_args()
     body = SUITES[args.suite](args)
     if args.write:

@@ -43,7 +43,8 @@ from ._wire import HANDSHAKE_MAX, HEAD, MAX_FRAMES, Kind, prefix, read_lengths, 
 __all__ = ["SocketTransport"]
 
 log = logging.getLogger("monarch.transport.socket")
-READ_BUFFER = 1 << 18
+READ_BUFFER = 1 << 18  # the most a connection's staging buffer grows to
+FIRST_READ_BUFFER = 1 << 14  # what it starts at: most connections stay there
 SMALL = 1 << 16  # messages up to this size are joined into one write
 DIRECT = 1 << 16  # frames from this size on are received in place
 SOCKET_BUFFER = 4 << 20  # asked of the kernel for each direction (it may cap it)
@@ -64,7 +65,8 @@ class _Framer:
         self._max_frames = MAX_FRAMES + 1  # + 1: a sealed message's tag
         self._kinds: frozenset[int] | None = None  # None: any kind the wire knows
         self._on_message = on_message
-        self._buf = bytearray(READ_BUFFER)
+        # bytearray(n) writes its n zeros: every page of it is resident at once
+        self._buf = bytearray(FIRST_READ_BUFFER)
         self._start = 0
         self._end = 0
         self._head: tuple[int, list[int], list[memoryview]] | None = None
@@ -93,6 +95,7 @@ class _Framer:
     def buffer_updated(self, nbytes: int) -> None:
         if self._stopped:
             return
+        full = False
         if self._direct is not None:
             self._filled += nbytes
             if self._filled < len(self._direct):
@@ -102,7 +105,18 @@ class _Framer:
             self._direct = None
         else:
             self._end += nbytes
+            full = self._end == len(self._buf)
         self._parse()
+        if self._direct is None:
+            if self._start == self._end:
+                # All read: the next bytes go to the front again, so a connection
+                # that carries small messages never fills (and grows) its buffer.
+                # A controller holds two connections per proc: they stay small.
+                self._start = self._end = 0
+            if full and len(self._buf) < READ_BUFFER:
+                # a burst filled the buffer: double it (up to READ_BUFFER), so
+                # that a busy connection reads much per system call
+                self._compact(min(READ_BUFFER, 2 * len(self._buf)))
 
     def _compact(self, need: int) -> None:
         """Move unread bytes to the front, growing the buffer to hold ``need``."""

@@ -1,0 +1,59 @@
+"""The socket backend's framer: how it cuts a byte stream into messages, and
+how much memory a connection keeps for it (a controller holds two
+connections per proc, so that is paid per proc)."""
+
+from monarch_transport._socket import READ_BUFFER, _Framer
+from monarch_transport._wire import Kind, prefix
+
+MAX = 1 << 20
+
+
+def feed(framer: _Framer, data: bytes) -> None:
+    """What asyncio does for a ``BufferedProtocol``: ask for a buffer, fill
+    as much of it as has arrived."""
+    while data:
+        buffer = framer.get_buffer(-1)
+        n = min(len(buffer), len(data))
+        buffer[:n] = data[:n]
+        framer.buffer_updated(n)
+        data = data[n:]
+
+
+def wire(message: bytes) -> bytes:
+    return prefix(Kind.DATA, [message], MAX) + message
+
+
+def framer_into(got: list[bytes]) -> _Framer:
+    return _Framer(MAX, lambda kind, frames: got.append(b"".join(frames)))
+
+
+def test_a_connection_of_small_messages_keeps_a_small_buffer():
+    got: list[bytes] = []
+    framer = framer_into(got)
+    message = b"x" * 100
+    count = 3 * READ_BUFFER // 100  # three large buffers' worth, one message at a time
+    for _ in range(count):
+        feed(framer, wire(message))
+        # each was read whole: the next is received at the front of a buffer
+        # of a few pages (a fresh bytearray is resident in full)
+        assert len(framer.get_buffer(-1)) == len(framer._buf) <= 16 << 10
+    assert len(got) == count and set(got) == {message}
+
+
+def test_a_burst_grows_the_buffer_to_read_much_at_once():
+    got: list[bytes] = []
+    framer = framer_into(got)
+    message = b"y" * 1000
+    feed(framer, wire(message) * 1000)  # a megabyte arriving faster than it is read
+    assert got == [message] * 1000
+    assert len(framer.get_buffer(-1)) == READ_BUFFER
+
+
+def test_messages_split_across_reads_are_whole():
+    got: list[bytes] = []
+    framer = framer_into(got)
+    small, medium = bytes(range(256)) * 40, bytes(range(256)) * 200  # 10 KB, 51 KB
+    stream = (wire(small) + wire(medium)) * 5
+    for i in range(0, len(stream), 777):  # partial reads; messages span several
+        feed(framer, stream[i : i + 777])
+    assert got == [small, medium] * 5

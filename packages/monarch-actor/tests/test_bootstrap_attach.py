@@ -37,16 +37,15 @@ def test_default_bootstrap_cmd_starts_this_interpreters_fork_server():
     assert command.inherit_env
 
 
-def test_a_workers_fork_server_preloads_torch_when_installed_by_default():
+def test_a_workers_fork_server_preloads_only_what_it_is_told_to():
     """A worker starts its fork server before any script attaches, so ``auto``
-    cannot mean "what the script imported": it is torch when installed."""
-    import importlib.util
-
+    cannot mean "what the script imported" yet: it is nothing until a script
+    attaches (torch only where the worker's setting names it)."""
     from monarch_actor._procs.worker import worker_preload
 
-    installed = importlib.util.find_spec("torch") is not None
-    assert worker_preload("auto") == ("torch" if installed else "")
+    assert worker_preload("auto") == ""
     assert worker_preload("none") == ""
+    assert worker_preload("torch") == "torch"
     assert worker_preload("numpy,json") == "numpy,json"
 
 

@@ -132,8 +132,8 @@ PRELOAD = declare(
     doc="Modules each host's fork server imports before forking procs, so every "
     "proc starts with them: `auto` is torch when the script has imported it, "
     "`none` is nothing. A worker (`run_worker_loop_forever`) starts its fork server "
-    "when it starts: its `auto` is torch when installed, then what each attaching "
-    "script's `auto` names.",
+    "when it starts: its `auto` is what each attaching script's `auto` names; set "
+    "`torch` on a worker to import torch before any script attaches.",
     owner=_OWNER,
 )
 

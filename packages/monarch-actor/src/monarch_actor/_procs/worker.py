@@ -13,8 +13,6 @@ killed and the worker waits for the next one.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -191,15 +189,13 @@ class HostService:
 
 def worker_preload(configured: str) -> str:
     """What a worker's fork server imports when it starts, for the ``preload``
-    setting ``configured``: ``auto`` is torch when installed (the scripts
-    that will use this worker are not known yet; each one's own ``auto``
-    list is imported when it attaches), ``none`` nothing, else the list."""
-    if configured == "auto":
-        with contextlib.suppress(ImportError, ValueError):
-            if importlib.util.find_spec("torch") is not None:
-                return "torch"
-        return ""
-    return "" if configured == "none" else configured
+    setting ``configured``: ``auto`` is nothing yet (the scripts that will
+    use this worker are not known; each one's own ``auto`` list is imported
+    when it attaches), ``none`` nothing, else the list. Importing torch
+    unasked would cost every host seconds of CPU and every proc its pages,
+    for scripts that may never use it: ``MONARCH_PRELOAD=torch`` on the
+    worker asks for it at once."""
+    return "" if configured in ("auto", "none") else configured
 
 
 def _free_port(host: str) -> int:

@@ -465,3 +465,11 @@ def test_the_controller_finds_the_source_of_a_notebook_cell(server, monkeypatch)
     assert ask(step) == (cell, source)
     assert ask(main.kept.__code__) == (cell, source)  # a nested function: found among the live ones
     assert ask(ask.__code__) is None  # not a function of this __main__
+
+    class Touchy:  # as torch.backends.cuda's module object where there is no CUDA
+        def __getattr__(self, name):
+            raise AssertionError(f"{name} looked up")
+
+    touchy = Touchy()  # among the live objects the controller looks through
+    assert ask(ask.__code__) is None
+    del touchy

@@ -290,24 +290,29 @@ def _main_function(qualname: str, firstlineno: int, code: bytes) -> FunctionType
     class that a cell has since redefined) among every live function."""
 
     def matches(candidate: Any) -> bool:
-        found = getattr(candidate, "__code__", None)
+        # the exact type first: the gc's objects include ones whose attribute
+        # lookups run code and raise (torch.backends.cuda's, without CUDA)
+        if type(candidate) is not FunctionType:
+            return False
+        found = candidate.__code__
         return (
-            isinstance(candidate, FunctionType)
-            and found is not None
-            and found.co_qualname == qualname
+            found.co_qualname == qualname
             and found.co_firstlineno == firstlineno
             and found.co_code == code
         )
 
     obj: Any = sys.modules.get("__main__")
-    for part in qualname.split("."):
-        namespace = getattr(obj, "__dict__", None)
-        obj = namespace.get(part) if isinstance(namespace, dict) else None
-        if isinstance(obj, EndpointProperty):
-            obj = obj.method  # the method the endpoint serves
-        obj = getattr(obj, "__func__", obj)  # a staticmethod or classmethod
-        if obj is None:
-            break
+    try:  # the script's own objects: their attribute lookups may run code that raises
+        for part in qualname.split("."):
+            namespace = getattr(obj, "__dict__", None)
+            obj = namespace.get(part) if isinstance(namespace, dict) else None
+            if isinstance(obj, EndpointProperty):
+                obj = obj.method  # the method the endpoint serves
+            obj = getattr(obj, "__func__", obj)  # a staticmethod or classmethod
+            if obj is None:
+                break
+    except Exception:
+        obj = None
     if obj is not None and callable(obj):
         with contextlib.suppress(ValueError):  # a cycle of __wrapped__
             obj = inspect.unwrap(obj)

@@ -111,17 +111,15 @@ def duration(seconds: float) -> str:
 def mesh(args: argparse.Namespace) -> str:
     ours = measure(sys.executable, "mesh_ops.py", "ours", args.repeat)
     theirs = measure(monarch_python(args.monarch_python), "mesh_ops.py", "monarch", args.repeat)
-    table = Table(title="mesh algebra on a 1,000,000-rank mesh {hosts: 125000, gpus: 8}")
-    rows = ["| operation | ours | Monarch 0.7.0 | ours / Monarch (time) |", "|---|---|---|---|"]
-    for column in ("operation", "ours", "Monarch 0.7.0", "ours / Monarch"):
-        table.add_column(column, justify="left" if column == "operation" else "right")
+    both = Both(
+        "mesh algebra on a 1,000,000-rank mesh {hosts: 125000, gpus: 8}",
+        ("operation", "ours", "Monarch 0.7.0", "ours / Monarch (time)"),
+    )
     for name, ours_s in ours.items():
         theirs_s = theirs.get(name)
         ratio = f"{ours_s / theirs_s:.1f}×" if theirs_s else "—"
-        cells = (name, duration(ours_s), duration(theirs_s) if theirs_s else "n/a", ratio)
-        table.add_row(*cells)
-        rows.append("| " + " | ".join(cells) + " |")
-    Console().print(table)
+        both.add(name, duration(ours_s), duration(theirs_s) if theirs_s else "n/a", ratio)
+    rows = both.done()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     return "\n".join([f"Measured on {machine}; best of {args.repeat} runs.", "", *rows])
 
@@ -767,21 +765,18 @@ def cuda(args: argparse.Namespace) -> str:
         why = result.get("skipped", "the benchmark failed (see above)")
         console.print(f"cuda: skipped: {why}")
         return f"Not measured: {why}."
-    header = ("measure", "ours", "target")
     cases = (
         ("cuda_ipc_64m", "64 MiB CUDA tensor echo, CUDA IPC (same host)", "≥ 10 GB/s"),
         ("cuda_staged_64m", "64 MiB CUDA tensor echo, staged (cuda_ipc off)", "—"),
         ("cpu_64m", "64 MiB CPU tensor echo", "—"),
     )
-    table = Table(title=f"CUDA tensors through an endpoint, {result.get('device', 'GPU')}")
-    for column in header:
-        table.add_column(column, justify="left" if column == "measure" else "right")
-    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    both = Both(
+        f"CUDA tensors through an endpoint, {result.get('device', 'GPU')}",
+        ("measure", "ours", "target"),
+    )
     for key, name, target in cases:
-        cells = [name, rate(result[key], "GB/s") if key in result else "failed", target]
-        table.add_row(*cells)
-        rows.append("| " + " | ".join(cells) + " |")
-    Console().print(table)
+        both.add(name, rate(result[key], "GB/s") if key in result else "failed", target)
+    rows = both.done()
     return "\n".join(
         [
             f"Measured on {result.get('device', 'a GPU')}, one actor in another process of "

@@ -49,7 +49,13 @@ class CudaOwner(Actor):
         """How many peer storages this owner holds open for cuda_ipc copies."""
         from monarch_rdma import _cuda_ipc
 
-        return sum(len(cache) for cache in list(_cuda_ipc._opened.values()))
+        return sum(len(state.opened) for state in list(_cuda_ipc._connections.values()))
+
+    @endpoint
+    def fill(self, name: str, value: int) -> None:
+        """Every byte of ``name`` becomes ``value`` (completed when this returns)."""
+        self.tensors[name].fill_(value)
+        torch.cuda.synchronize()
 
     @endpoint
     def pid(self) -> int:

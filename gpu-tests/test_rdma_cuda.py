@@ -123,6 +123,44 @@ def test_a_source_just_written_on_the_current_stream_is_what_arrives(owner):
 
 
 @pytest.mark.gpu
+def test_a_read_is_complete_when_it_resolves_though_the_owner_answers_early(owner):
+    """The owner answers once the copy is queued; the future resolves only
+    once the copy has completed (the peer waits on the owner's event), so a
+    kernel queued at once sees every byte, round after round."""
+    size = 256 * MIB
+    buffer = owner.make.call_one("early", size, 12).get()
+    out = torch.zeros(size, dtype=torch.uint8, device="cuda")
+    for value in (5, 6, 7, 8):
+        owner.fill.call_one("early", value).get()
+        buffer.read_into(out).get(timeout=60)
+        assert bool((out == value).all())  # queued on our stream at once, no host wait before
+    del out, buffer
+    owner.drop.call_one("early").get()
+
+
+@pytest.mark.gpu
+def test_a_large_cuda_transfer_moves_whole_even_under_a_progress_line(owner, monkeypatch):
+    """cuda_ipc copies at device speed: no pieces (each a round trip), no line."""
+    size = 256 * MIB
+    buffer = owner.make.call_one("whole", size, 13).get()
+    owner.fill.call_one("whole", 9).get()
+    calls = []
+    transfer = monarch_rdma._buffer.run_transfer
+    monkeypatch.setattr(
+        monarch_rdma._buffer,
+        "run_transfer",
+        lambda t, *rest: (calls.append(t.nbytes), transfer(t, *rest))[1],
+    )
+    monkeypatch.setenv("MONARCH_PROGRESS", "always")
+    out = torch.zeros(size, dtype=torch.uint8, device="cuda")
+    buffer.read_into(out).get(timeout=60)
+    assert calls == [size]
+    assert bool((out == 9).all())
+    del out, buffer
+    owner.drop.call_one("whole").get()
+
+
+@pytest.mark.gpu
 def test_concurrent_transfers(owner):
     size = 8 * MIB
     buffer = owner.make.call_one("many", size, 9).get()

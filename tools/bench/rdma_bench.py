@@ -196,12 +196,13 @@ def cuda_workload(args: argparse.Namespace) -> dict[str, Any]:
     owner = procs.spawn("owner", CudaOwner)
     monarch_rdma.configure(backend="cuda_ipc")
     results: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    for key, size in CUDA_SIZES.items():
+    for key in args.cuda_sizes.split(","):
+        size = CUDA_SIZES[key]
         buffer = owner.buffer.call_one(key, size).get()
         local = torch.zeros(size, dtype=torch.uint8, device="cuda")
         src = torch.ones(size, dtype=torch.uint8, device="cuda")
         dst = torch.zeros(size, dtype=torch.uint8, device="cuda")
-        samples = CUDA_SAMPLES[key]
+        samples = args.cuda_samples or CUDA_SAMPLES[key]
         row: dict[str, Any] = {"backend": buffer.backend}
         for _ in range(3):  # warm up: first opens, allocator, streams
             buffer.read_into(local).get()
@@ -245,9 +246,23 @@ def main() -> None:
     parser.add_argument(
         "--cuda", action="store_true", help="cuda_ipc on CUDA tensors beside a device copy (ours)"
     )
+    parser.add_argument(
+        "--cuda-sizes",
+        default=",".join(CUDA_SIZES),
+        help=f"with --cuda: which sizes, comma-separated (default {','.join(CUDA_SIZES)})",
+    )
+    parser.add_argument(
+        "--cuda-samples",
+        type=int,
+        default=0,
+        help="with --cuda: samples per size (0: each size's own)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("MONARCH_PRELOAD", "torch")
     if args.cuda:
+        unknown = set(args.cuda_sizes.split(",")) - set(CUDA_SIZES)
+        if unknown:
+            parser.error(f"unknown --cuda-sizes {sorted(unknown)}: choose from {list(CUDA_SIZES)}")
         if args.impl != "ours":
             parser.error("--cuda measures this project's cuda_ipc backend: use --impl ours")
         reason = cuda_skip_reason()

@@ -10,7 +10,6 @@ import os
 import pickle
 import subprocess
 import sys
-import threading
 import time
 import types
 import warnings
@@ -35,6 +34,7 @@ from monarch_rdma import (
     _ptrace,
     _wire,
 )
+from monarch_rdma._handle import Handle, OwnerInfo
 from monarch_rdma._regions import Region
 
 READ_ONLY = r"buffer \d+ is read-only"
@@ -124,6 +124,13 @@ class FakeDevice:
 class FakeEvent:
     """A CUDA event whose copy has always completed (host copies are synchronous)."""
 
+    def __init__(self, interprocess=False):
+        self.interprocess = interprocess
+
+    def ipc_handle(self):
+        assert self.interprocess, "only an interprocess event has an IPC handle"
+        return bytes(range(64))
+
     def record(self, stream):
         self.stream = stream
 
@@ -142,10 +149,11 @@ def fake_cuda(monkeypatch):
             stream=lambda stream: contextlib.nullcontext(),
             Stream=lambda device: object(),
             Event=FakeEvent,
+            set_stream=lambda stream: None,
         )
     )
     monkeypatch.setattr(_cuda_ipc, "torch_module", lambda: torch)
-    monkeypatch.setattr(_cuda_ipc, "_copy_streams", threading.local())  # fake streams stay here
+    monkeypatch.setattr(_cuda_ipc, "_idle_lanes", {})  # fake lanes stay here
     monkeypatch.setattr(_cuda_ipc, "bytes_of", lambda memory: FakeDevice(memory.keep))
     peer = FakeDevice(memoryview(bytearray(64)))
     monkeypatch.setattr(_cuda_ipc, "open_shared", lambda items: opened.append(items) or peer)
@@ -239,6 +247,87 @@ def test_cuda_ipc_copies_at_the_peers_offset_and_checks_its_size(fake_cuda):
         with pytest.raises(_wire.RequestError) as refused:
             _cuda_ipc._serve_copy(Answers(), copy_request(region, False, **bad))
         assert refused.value.status == _wire.Status.BAD_REQUEST
+
+
+class Ordered(Answers):
+    """Answers, and when each event was waited for, in one list."""
+
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def send(self, *messages):
+        super().send(*messages)
+        self.log.append("answer")
+
+
+def test_cuda_ipc_answers_once_queued_naming_an_event_the_owner_does_not_wait_on(
+    fake_cuda, monkeypatch
+):
+    """The answer goes before the owner's wait (it travels while the device
+    copies) and names the lane's interprocess event; the owner waits on a
+    private event, which no peer can open, and the region's use ends only
+    after that wait."""
+    log = []
+    monkeypatch.setattr(FakeEvent, "synchronize", lambda self: log.append(("wait", self)))
+    region = fake_cuda.region(bytearray(32), readonly=False)
+    conn = _backend.ConnectionResources()
+    answers = Ordered(log)
+    _cuda_ipc._serve_copy(answers, copy_request(region, write=False, resources=conn))
+    lane = _cuda_ipc._connection(conn).lanes[0]
+    assert log == ["answer", ("wait", lane.done)]
+    assert lane.done is not lane.told and lane.told.interprocess and not lane.done.interprocess
+    status, _, _ = _wire.ANSWER.unpack(bytes(answers.sent[0][0]))
+    assert status == _wire.Status.OK
+    assert bytes(answers.sent[0][1]) == bytes(range(64)).hex().encode() == lane.told_name.encode()
+
+
+def test_cuda_ipc_lanes_outlive_their_connection_for_the_next_one(fake_cuda):
+    """A peer may still hold a lane's event open: lanes are kept, never
+    destroyed, and the next connection takes the idle one."""
+    region = fake_cuda.region(bytearray(32), readonly=False)
+    first = _backend.ConnectionResources()
+    _cuda_ipc._serve_copy(Answers(), copy_request(region, write=False, resources=first))
+    lane = _cuda_ipc._connection(first).lanes[0]
+    again = _backend.ConnectionResources()  # open at the same time: a lane of its own
+    _cuda_ipc._serve_copy(Answers(), copy_request(region, write=False, resources=again))
+    assert _cuda_ipc._connection(again).lanes[0] is not lane
+    first.close()
+    assert _cuda_ipc._idle_lanes[0] == [lane]
+    later = _backend.ConnectionResources()
+    _cuda_ipc._serve_copy(Answers(), copy_request(region, write=False, resources=later))
+    assert _cuda_ipc._connection(later).lanes[0] is lane
+    assert _cuda_ipc._idle_lanes[0] == []
+
+
+def test_cuda_ipc_a_copy_failing_after_the_answer_closes_the_connection(fake_cuda, monkeypatch):
+    def fails(self):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(FakeEvent, "synchronize", fails)
+    region = fake_cuda.region(bytearray(32), readonly=False)
+    answers = Answers()
+    with pytest.raises(ConnectionAbortedError, match="illegal memory access"):
+        _cuda_ipc._serve_copy(answers, copy_request(region, write=False))
+    assert len(answers.sent) == 1  # the one answer: no second one after it
+
+
+def test_cuda_ipc_an_unopenable_event_in_the_answer_fails_the_transfer_clearly():
+    owner = OwnerInfo("owner", "host", "gpu-host", 4242, 1, ("127.0.0.1", 1), local="/tmp/s")
+    owner_handle = Handle(1, 3, 64, 0, "cuda:0", False, 0, owner)
+    backend = _cuda_ipc.CudaIpcBackend()
+    torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(
+            Event=types.SimpleNamespace(from_ipc_handle=lambda device, name: ("opened", name))
+        )
+    )
+    for told in (b"zz", b"00" * 63, "é".encode()):
+        with pytest.raises(RDMATransferError, match="cannot be opened"):
+            backend._told_event(torch, owner_handle, told, "cuda:0")
+    good = bytes(range(64)).hex().encode()
+    opened = backend._told_event(torch, owner_handle, good, "cuda:0")
+    assert opened == ("opened", bytes(range(64)))
+    assert backend._told_event(torch, owner_handle, good, "cuda:0") is opened  # opened once
 
 
 def test_cuda_ipc_never_exports_the_owners_memory():

@@ -2,6 +2,7 @@
 odd offsets, concurrency, 256 MiB, and owners that drop or die."""
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import signal
@@ -178,3 +179,37 @@ def test_a_large_transfer_shows_its_bytes_when_progress_is_shown(
         del out
         buffer.drop().get()
         owner.release.call_one("shown").get()
+
+
+@pytest.mark.parametrize("backend", ["cma"], indirect=True)
+def test_a_backend_at_device_speed_moves_a_large_transfer_whole_and_shows_no_line(
+    owner, backend, monkeypatch, capfd
+):
+    """``Registration.in_pieces=False`` (cuda_ipc's): each piece would cost a
+    round trip, and a line for a sub-millisecond copy has nothing to show."""
+    size = 256 << 20
+    buffer = owner.make.call_one("whole", size, -1).get()
+    owner.fill.call_one("whole", 5).get()
+    registered = monarch_rdma._backends._registered
+    monkeypatch.setitem(registered, "cma", dataclasses.replace(registered["cma"], in_pieces=False))
+    calls = []
+    transfer = monarch_rdma._buffer.run_transfer
+    monkeypatch.setattr(
+        monarch_rdma._buffer,
+        "run_transfer",
+        lambda t, *rest: (calls.append(t.nbytes), transfer(t, *rest))[1],
+    )
+    monkeypatch.setenv("MONARCH_PROGRESS", "always")
+    out = bytearray(size)
+    try:
+        buffer.read_into(memoryview(out)).get(timeout=60)  # in this thread
+        assert out == pattern(size, 5)
+        assert "RDMA:" not in capfd.readouterr().err
+        RDMAAction().read_remote(memoryview(out), buffer).write_remote(
+            buffer, memoryview(bytearray(8))
+        ).submit().get(timeout=60)  # two operations: the workers' path (its line advances
+        assert sorted(calls) == [8, size, size]  # by operation), still each moved whole
+    finally:
+        del out
+        buffer.drop().get()
+        owner.release.call_one("whole").get()

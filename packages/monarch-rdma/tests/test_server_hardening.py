@@ -208,3 +208,48 @@ def test_a_failing_connection_thread_is_logged_and_the_server_serves_on(
     assert "failed; closing it" in caplog.text
     monkeypatch.undo()
     assert served(buffer) == b"still served"
+
+
+def test_polling_for_a_request_returns_when_it_comes_and_consumes_nothing():
+    """``Channel.poll``: at once when bytes are waiting (left for the
+    receive), at the end of its window when none come, at once when the
+    peer has closed; never sleeps in ``recv``."""
+    ours, theirs = socket.socketpair()
+    chan = _wire.Channel(ours, "test")
+    with ours, theirs:
+        started = time.perf_counter()
+        chan.poll(0.05)
+        assert time.perf_counter() - started >= 0.05  # nothing came: the whole window
+        theirs.sendall(b"request")
+        started = time.perf_counter()
+        chan.poll(10.0)
+        assert time.perf_counter() - started < 5.0  # returned on the bytes, not the window
+        chan.settimeout(1.0)
+        assert chan.receive(7) == b"request"  # peeked, not consumed
+        theirs.close()
+        started = time.perf_counter()
+        chan.poll(10.0)
+        assert time.perf_counter() - started < 5.0
+        with pytest.raises(ConnectionError):
+            chan.receive(1)
+
+
+def test_a_connection_that_polls_for_its_next_request_is_served(buffer, monkeypatch):
+    """An operation may ask the server to poll for the connection's next
+    request (a CUDA copy does): requests on it are served as before."""
+    from monarch_rdma import _backend
+
+    made = []
+    real = _backend.ConnectionResources
+
+    def polling() -> _backend.ConnectionResources:
+        resources = real()
+        resources.poll_next = 0.01
+        made.append(resources)
+        return resources
+
+    monkeypatch.setattr(_server, "ConnectionResources", polling)
+    _control._pool.clear()  # a new connection, made with the patched resources
+    for _ in range(3):
+        assert served(buffer) == b"still served"
+    assert made

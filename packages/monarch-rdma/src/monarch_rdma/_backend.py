@@ -114,6 +114,11 @@ class ConnectionResources:
         self._held: dict[str, dict[int, Callable[[], None]]] = {}
         self._keys = itertools.count(1)
         self._closed = False
+        self.poll_next = 0.0
+        """Seconds the server polls for this connection's next request, set
+        by an operation whose peer is likely to send another at once (a
+        CUDA copy): a sleeping thread takes tens of microseconds to wake.
+        Reset to 0 once polled."""
 
     def count(self, kind: str) -> int:
         """How many of ``kind`` this connection holds."""

@@ -81,6 +81,11 @@ class Registration:
     instead of being handed to one, since a hand-off costs more than it
     saves. In a thread that runs an event loop, only small ones do (see
     ``_buffer``)."""
+    in_pieces: bool = True
+    """A large transfer shows a progress line and moves in pieces to advance
+    it. False for a backend that copies at device speed (a GiB in under a
+    millisecond): the line would have nothing to show, and each piece would
+    cost a round trip to the owner."""
 
     @property
     def name(self) -> str:

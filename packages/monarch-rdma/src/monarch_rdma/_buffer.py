@@ -458,7 +458,7 @@ class RDMAAction:
             try:
                 backend = choose(op.handle, op.local)
                 if _copies_here(backend.name, op.nbytes):
-                    shown = _line_for(ops)
+                    shown = _line_for(ops) if _in_pieces(backend) else None
                     if shown is None:
                         _move(op, deadline, backend)
                     else:
@@ -503,6 +503,13 @@ def _copies_here(backend: str, nbytes: int) -> bool:
     return nbytes <= LOOP_INLINE_BYTES or not _in_event_loop()
 
 
+def _in_pieces(backend: RdmaBackend | None) -> bool:
+    """Whether a large transfer with ``backend`` moves in pieces under a
+    progress line (``Registration.in_pieces``)."""
+    registration = None if backend is None else _backends.by_name(backend.name)
+    return registration is None or registration.in_pieces
+
+
 def _in_event_loop() -> bool:
     try:
         asyncio.get_running_loop()
@@ -536,7 +543,9 @@ def _move(
     """Run one transfer; with ``moved``, in pieces of ``PIECE`` bytes, each
     reported (``moved(nbytes)``) as it lands."""
     whole = Transfer(op.handle, op.local, op.remote_offset, op.nbytes, op.write, deadline)
-    if moved is None or op.nbytes <= PIECE:
+    if moved is not None and op.nbytes > PIECE and backend is None:
+        backend = choose(op.handle, op.local)
+    if moved is None or op.nbytes <= PIECE or not _in_pieces(backend):
         run_transfer(whole, backend)
         if moved is not None:
             moved(op.nbytes)

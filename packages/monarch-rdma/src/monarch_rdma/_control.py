@@ -48,6 +48,7 @@ __all__ = [
     "connection",
     "dedicated",
     "exchange",
+    "exchange_raw",
     "read_answer",
     "request",
     "set_deadline",
@@ -261,10 +262,24 @@ def exchange(
 ) -> tuple[int, dict[str, Any]]:
     """One small request on ``sock``: returns (value, JSON answer)."""
     arg_bytes = json.dumps(args).encode() if args else b""
+    value, message = exchange_raw(sock, handle, op, deadline, arg_bytes, offset, length)
+    return value, (json.loads(message) if message else {})
+
+
+def exchange_raw(
+    sock: Channel,
+    handle: Handle,
+    op: int,
+    deadline: float,
+    arg_bytes: bytes = b"",
+    offset: int = 0,
+    length: int = 0,
+) -> tuple[int, bytes]:
+    """One small request on ``sock`` whose arguments are JSON already
+    encoded: returns (value, the answer's text as sent)."""
     header = request_header(op, handle.buffer_id, handle.token, offset, length, len(arg_bytes))
     sock.send([header, arg_bytes, b""])
-    value, message = read_answer(sock, handle, deadline)
-    return value, (json.loads(message) if message else {})
+    return read_answer(sock, handle, deadline)
 
 
 def tell(

@@ -26,9 +26,17 @@ already reads a cma writer's whole address space.
 
 Per transfer the owner still checks everything, as before: the region is
 registered (not dropped), the range lies inside it, a write is refused on a
-read-only buffer, and the copy runs under a use of the region, waited for
-(an event on the copy's own stream, not the whole device) before the owner
-answers: once ``drop()`` returns, no copy of it runs. What is cached is
+read-only buffer, and the copy runs under a use of the region, which ends
+only once the copy has completed (an event of the owner's own, on the
+copy's stream): once ``drop()`` returns, no copy of it runs. The owner
+answers as soon as the copy is queued, naming an *interprocess* event
+recorded after it; the peer waits on that event, so the answer travels
+while the device copies. The owner's own wait uses a second, private
+event: an event the peer can open it can also record, and that must never
+shorten the owner's wait. Events and streams live in *lanes*, one per
+connection and device while the connection lasts, then kept for the next
+connection (never destroyed: a peer may still hold a lane's event open).
+What is cached is
 only the *peer's* side: the owner keeps the peer's opened storages per
 connection (at most :data:`OPENED_PER_CONNECTION`, least recently used
 first out, all closed when the connection closes, and each one as soon as
@@ -41,6 +49,8 @@ Everything here needs torch with CUDA; without it the errors say so.
 from __future__ import annotations
 
 import collections
+import json
+import logging
 import sys
 import threading
 import weakref
@@ -52,6 +62,7 @@ import monarch_rdma._control as _control
 
 from ._backend import ConnectionResources, OwnerRequest, Transfer
 from ._cuda_memory import bytes_of, cuda_available, torch_module
+from ._errors import RDMATransferError
 from ._handle import Handle
 from ._identity import this_host
 from ._memory import LocalMemory
@@ -61,19 +72,30 @@ __all__ = [
     "CUDA_COPY",
     "CudaIpcBackend",
     "ExportCache",
+    "Lane",
     "OpenedCache",
     "export_key",
     "open_shared",
     "share",
 ]
 
+log = logging.getLogger("monarch.rdma.server")
+
 CUDA_COPY = 8
 """args {"handle": the peer's shared storage, "at": where its range starts in
 that storage, "write": bool, "forget": keys of storages the peer let go}:
-the owner copies the range between its region and the peer's storage."""
+the owner copies the range between its region and the peer's storage, and
+answers once the copy is queued: the answer's text names (in hex) the
+interprocess event recorded after the copy, which the peer waits on."""
 IDLE_STAGING = 4  # staging allocations a peer keeps per device for reuse (host memory only)
 OPENED_PER_CONNECTION = 8  # peer storages an owner keeps open per connection
 MAX_FORGET = 64  # keys one request may ask the owner to forget
+OPENED_EVENTS = 64  # owners' interprocess events a peer keeps open (one per owner connection)
+IPC_HANDLE_BYTES = 64  # cudaIpcEventHandle_t
+# seconds the owner polls for a connection's next request after a copy: a
+# peer moving a tensor in pieces, or in a loop, asks again within
+# microseconds, and a sleeping server thread takes tens of them to wake
+POLL_AFTER_COPY = 0.0002
 
 
 def share(storage: Any) -> list[Any]:
@@ -196,33 +218,72 @@ class ExportCache:
             return len(self._live)
 
 
-# connection -> what its peer had us open; closed with the connection
-_opened: weakref.WeakKeyDictionary[ConnectionResources, OpenedCache] = weakref.WeakKeyDictionary()
-_opened_lock = threading.Lock()
-_copy_streams = threading.local()  # per server thread: device index -> its copy stream
+class Lane:
+    """One connection's copies on one device: the owner's stream for them, a
+    private event the owner waits on, and an interprocess event the peer
+    waits on (``told``, its IPC handle in hex as ``told_name``)."""
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        with torch.cuda.device(device):
+            self.stream = torch.cuda.Stream(device=device)
+            self.done = torch.cuda.Event()
+            self.told = torch.cuda.Event(interprocess=True)
+            self.told_name = bytes(self.told.ipc_handle()).hex()
+
+
+class _Connection:
+    """What one connection's peer had us open, and its lanes by device."""
+
+    def __init__(self) -> None:
+        self.opened = OpenedCache()
+        self.lanes: dict[int, Lane] = {}
+
+
+# connection -> its state; closed with the connection (lanes go back to _idle_lanes)
+_connections: weakref.WeakKeyDictionary[ConnectionResources, _Connection] = (
+    weakref.WeakKeyDictionary()
+)
+_connections_lock = threading.Lock()
+_idle_lanes: dict[int, list[Lane]] = {}  # device index -> lanes no connection uses now
+
+
+def _connection(resources: ConnectionResources) -> _Connection:
+    with _connections_lock:
+        state = _connections.get(resources)
+        if state is None:
+            state = _connections[resources] = _Connection()
+
+            def close() -> None:
+                state.opened.clear()
+                with _connections_lock:
+                    for index, lane in state.lanes.items():
+                        _idle_lanes.setdefault(index, []).append(lane)
+                    state.lanes.clear()
+
+            resources.hold("cuda_ipc mappings", close)
+        return state
 
 
 def _opened_for(resources: ConnectionResources) -> OpenedCache:
-    with _opened_lock:
-        cache = _opened.get(resources)
-        if cache is None:
-            cache = _opened[resources] = OpenedCache()
-            resources.hold("cuda_ipc mappings", cache.clear)
-        return cache
+    return _connection(resources).opened
 
 
-def _copy_stream(torch: Any, device: Any) -> tuple[Any, Any]:
-    """This server thread's stream on ``device``, and an event to wait for
-    its copies with: the copy waits for nothing else the owner runs, and
-    nothing else waits for it. Both made once per thread (an event is
-    re-recorded for each copy, which this thread waits for before the next)."""
-    streams = getattr(_copy_streams, "by_device", None)
-    if streams is None:
-        streams = _copy_streams.by_device = {}
-    made = streams.get(device.index)
-    if made is None:
-        made = streams[device.index] = (torch.cuda.Stream(device=device), torch.cuda.Event())
-    return made
+def _lane(torch: Any, state: _Connection, device: Any) -> Lane:
+    """The connection's lane on ``device``; the first time, taken from the
+    idle ones (or made), and made the serving thread's current stream on
+    that device: every copy of the connection runs on it, and waits for
+    nothing else the owner runs."""
+    lane = state.lanes.get(device.index)
+    if lane is None:
+        with _connections_lock:
+            idle = _idle_lanes.get(device.index)
+            lane = idle.pop() if idle else None
+        if lane is None:
+            lane = Lane(torch, device)
+        state.lanes[device.index] = lane
+        # one thread serves a connection for its whole life: set once, not per copy
+        torch.cuda.set_stream(lane.stream)
+    return lane
 
 
 def _serve_copy(chan: Channel, request: OwnerRequest) -> None:
@@ -260,27 +321,34 @@ def _serve_copy(chan: Channel, request: OwnerRequest) -> None:
         )
     torch = torch_module()
     mine = bytes_of(memory)[offset : offset + length]
-    stream, done = _copy_stream(torch, mine.device)
-    with torch.cuda.stream(stream):  # switches to the stream's device, and back
-        # opened on the copy stream: torch makes it wait for the peer's sharing event
+    state = _connection(request.resources)
+    lane = _lane(torch, state, mine.device)
+    # opened on the lane's stream: torch makes it wait for the peer's sharing event
+    try:
+        theirs = state.opened.get(export_key(items), lambda: open_shared(items))
+    except Exception as error:  # a malformed or stale handle: the peer's, not ours
+        raise RequestError(
+            Status.BAD_REQUEST, f"cannot open the peer's shared CUDA memory: {error}"
+        ) from None
+    if at + length > theirs.numel():
+        raise RequestError(
+            Status.BAD_REQUEST, "the peer's shared CUDA memory is smaller than the range"
+        )
+    with region.touching():  # drop() waits for the copy, completed, to end
+        if write:
+            mine.copy_(theirs[at : at + length], non_blocking=True)
+        else:
+            theirs[at : at + length].copy_(mine, non_blocking=True)
+        lane.told.record(lane.stream)
+        lane.done.record(lane.stream)
+        answer(chan, Status.OK, lane.told_name)  # travels while the device copies
         try:
-            theirs = opened.get(export_key(items), lambda: open_shared(items))
-        except Exception as error:  # a malformed or stale handle: the peer's, not ours
-            raise RequestError(
-                Status.BAD_REQUEST, f"cannot open the peer's shared CUDA memory: {error}"
-            ) from None
-        if at + length > theirs.numel():
-            raise RequestError(
-                Status.BAD_REQUEST, "the peer's shared CUDA memory is smaller than the range"
-            )
-        with region.touching():  # drop() waits for the copy, completed, to end
-            if write:
-                mine.copy_(theirs[at : at + length], non_blocking=True)
-            else:
-                theirs[at : at + length].copy_(mine, non_blocking=True)
-            done.record(stream)
-            done.synchronize()  # this copy only: not the device, not the owner's other work
-    answer(chan, Status.OK)
+            lane.done.synchronize()  # this copy only: not the device, not the owner's other work
+        except Exception as error:
+            # answered already: a second answer would break the stream; close it instead
+            log.error("a cuda_ipc copy failed after it was queued: %s", error)
+            raise ConnectionAbortedError(f"the device copy failed: {error}") from error
+    request.resources.poll_next = POLL_AFTER_COPY
 
 
 def _storage_ref(storage: Any) -> Any:
@@ -298,6 +366,8 @@ class CudaIpcBackend:
         self._idle: dict[str, list[Any]] = {}  # device -> staging tensors not in use
         self._lock = threading.Lock()
         self.exports = ExportCache(_storage_ref, share)
+        # (owner pid, owner address, event name) -> the owner's interprocess event, opened here
+        self._told: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
 
     def available(self) -> bool:
         return cuda_available()
@@ -352,8 +422,39 @@ class CudaIpcBackend:
         # (a kernel producing a write's source, or still reading a read's
         # destination) must have finished. Only this stream, not the device.
         torch.cuda.current_stream(shared.device.index).synchronize()
-        _control.request(handle, CUDA_COPY, t.deadline, args, t.remote_offset, t.nbytes,
-                         local=bool(handle.owner.local))  # fmt: skip
+        arg_bytes = json.dumps(args).encode()
+        with _control.connection(handle, t.deadline, local=bool(handle.owner.local)) as chan:
+            _, told = _control.exchange_raw(
+                chan, handle, CUDA_COPY, t.deadline, arg_bytes, t.remote_offset, t.nbytes
+            )
+        # answered once queued: the copy has completed when the event it names has
+        self._told_event(torch, handle, told, shared.device).synchronize()
+
+    def _told_event(self, torch: Any, handle: Handle, told: bytes, device: Any) -> Any:
+        """The owner's interprocess event named ``told`` (hex of its IPC
+        handle), opened once per owner process and name."""
+        key = (handle.owner.pid, handle.owner.local or handle.owner.server, told)
+        with self._lock:
+            event = self._told.get(key)
+            if event is not None:
+                self._told.move_to_end(key)
+                return event
+        try:
+            name = bytes.fromhex(told.decode("ascii"))
+            if len(name) != IPC_HANDLE_BYTES:
+                raise ValueError(f"{len(name)} bytes, not {IPC_HANDLE_BYTES}")
+            event = torch.cuda.Event.from_ipc_handle(device, name)
+        except (ValueError, UnicodeDecodeError, RuntimeError) as error:
+            raise RDMATransferError(
+                f"the owner of RDMA buffer {handle.buffer_id} (pid {handle.owner.pid} on "
+                f"{handle.owner.hostname}) answered a CUDA copy with an event that cannot be "
+                f"opened ({error}); whether the copy completed is unknown"
+            ) from None
+        with self._lock:
+            self._told[key] = event
+            while len(self._told) > OPENED_EVENTS:
+                self._told.popitem(last=False)
+        return event
 
     def transfer(self, t: Transfer) -> None:
         local, nbytes, write = t.local, t.nbytes, t.write
@@ -389,6 +490,10 @@ class CudaIpcBackend:
 
 _backends.register(
     _backends.Registration(
-        CudaIpcBackend(), rank=10, owner_ops={CUDA_COPY: _serve_copy}, copies_in_caller=True
+        CudaIpcBackend(),
+        rank=10,
+        owner_ops={CUDA_COPY: _serve_copy},
+        copies_in_caller=True,
+        in_pieces=False,
     )
 )

@@ -260,6 +260,9 @@ class DataServer:
     def _requests(self, chan: Channel, resources: ConnectionResources) -> None:
         header = bytearray(REQUEST.size)
         while True:
+            if resources.poll_next:
+                chan.poll(resources.poll_next)
+                resources.poll_next = 0.0
             chan.settimeout(None)  # an idle pooled connection waits for its next request
             chan.receive_into(memoryview(header))
             chan.settimeout(IO_TIMEOUT)

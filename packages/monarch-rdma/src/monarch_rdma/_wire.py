@@ -384,6 +384,21 @@ class Channel:
     def receive_into(self, view: memoryview) -> None:
         recv_into_exact(self.sock, view)
 
+    def poll(self, seconds: float) -> None:
+        """Return once something can be received, or after ``seconds``,
+        without sleeping: for a reply expected within microseconds, where
+        waking a sleeping thread would cost more than the wait."""
+        until = time.perf_counter() + seconds
+        self.sock.settimeout(0.0)
+        while time.perf_counter() < until:
+            try:
+                self.sock.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return  # the receive that follows meets it too
+            return  # something to receive, or the peer closed: the receive tells which
+
     def receive(self, size: int) -> bytes:
         return recv_exact(self.sock, size) if size else b""
 

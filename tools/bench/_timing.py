@@ -12,6 +12,17 @@ from collections.abc import Callable
 SWEEP = (1, 2, 4, 8, 16, 32, 64)  # mesh sizes of the latency sweep
 
 
+def cuda_skip_reason() -> str | None:
+    """Why a CUDA benchmark cannot run here (None: it can). Imports torch."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return f"CUDA is not available here (torch {torch.__version__})"
+    return None
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

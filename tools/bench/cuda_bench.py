@@ -22,18 +22,16 @@ import argparse
 import json
 from typing import Any
 
-from _timing import log, median_time
+from _timing import cuda_skip_reason, log, median_time
 
 SIZE = 64 << 20
 
 
 def workload(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        import torch
-    except ImportError:
-        return skipped("torch is not installed")
-    if not torch.cuda.is_available():
-        return skipped(f"CUDA is not available here (torch {torch.__version__})")
+    reason = cuda_skip_reason()
+    if reason is not None:
+        return skipped(reason)
+    import torch
 
     from monarch.actor import Actor, endpoint, this_host
     from monarch_config import configured

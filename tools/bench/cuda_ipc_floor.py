@@ -33,6 +33,8 @@ import sys
 import time
 from typing import Any
 
+from _timing import cuda_skip_reason
+
 SPIN_SECONDS = 0.002  # how long the owner polls after a request before it sleeps
 
 
@@ -103,15 +105,13 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--samples", type=int, default=30)
     args = parser.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print(json.dumps({"skipped": "torch is not installed"}))
-        return 0
-    if not torch.cuda.is_available():
-        print(json.dumps({"skipped": "no CUDA"}))
+    reason = cuda_skip_reason()
+    if reason is not None:
+        print(json.dumps({"skipped": reason}))
         return 0
     import pickle
+
+    import torch
 
     nbytes = args.mib << 20
     here, there = socket.socketpair()

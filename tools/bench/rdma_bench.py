@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _timing import log, median_time
+from _timing import cuda_skip_reason, log, median_time
 
 SIZES = {"1m": 1 << 20, "64m": 64 << 20}
 SAMPLES = {"1m": 200, "64m": 15}
@@ -138,17 +138,6 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
 
 CUDA_SIZES = {"1m": 1 << 20, "16m": 16 << 20, "256m": 256 << 20, "1g": 1 << 30}
 CUDA_SAMPLES = {"1m": 200, "16m": 50, "256m": 30, "1g": 10}
-
-
-def cuda_skip_reason() -> str | None:
-    """Why the CUDA benchmark cannot run here (None: it can)."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return f"torch {torch.__version__} sees no CUDA device"
-    return None
 
 
 def cuda_workload(args: argparse.Namespace) -> dict[str, Any]:

@@ -34,6 +34,8 @@ import sys
 import time
 from typing import Any
 
+from _timing import cuda_skip_reason
+
 from monarch.actor import Actor, endpoint, this_host
 from monarch.rdma import RDMABuffer
 
@@ -105,15 +107,10 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write instead of read")
     args = parser.parse_args()
     cuda = args.backend == "cuda_ipc"
-    if cuda:
-        try:
-            import torch
-        except ImportError:
-            print(json.dumps({"skipped": "torch is not installed"}))
-            return 0
-        if not torch.cuda.is_available():
-            print(json.dumps({"skipped": "no CUDA"}))
-            return 0
+    reason = cuda_skip_reason() if cuda else None
+    if reason is not None:
+        print(json.dumps({"skipped": reason}))
+        return 0
     import monarch_rdma
     from monarch_rdma import _control, _wire
 
@@ -122,6 +119,8 @@ def main() -> int:
     buffer = owner.buffer.call_one(args.size, cuda).get()
     monarch_rdma.configure(backend=args.backend, allow_tcp_fallback=True)
     if cuda:
+        import torch
+
         local: Any = torch.zeros(args.size, dtype=torch.uint8, device="cuda")
     else:
         local = memoryview(bytearray(args.size))

@@ -145,11 +145,14 @@ class Registry(Actor):
 
 
 class Visitor(Actor):
+    def __init__(self, registry: str = "registry") -> None:
+        self.registry = registry
+
     @endpoint
     def visit(self) -> int:
         from monarch_actor import get_or_spawn_controller
 
-        registry = get_or_spawn_controller("registry", Registry, "from-actor").get()
+        registry = get_or_spawn_controller(self.registry, Registry, "from-actor").get()
         return len(registry.visit.call_one(context().actor_instance.rank["gpus"]).get())
 
 

@@ -1,6 +1,8 @@
 import asyncio
+import concurrent.futures
 import pickle
 import threading
+from typing import Any
 
 import pytest
 from actors import Asyncy, Caller, Counter, Probe, Replier
@@ -276,6 +278,33 @@ def test_get_or_spawn_controller_is_one_actor_for_everyone(procs):
     assert counts == [3, 4, 5, 6]
     with pytest.raises(ValueError, match="exists with class Registry"):
         get_or_spawn_controller("registry", Counter, 0).get()
+
+
+def test_get_or_spawn_controller_spawns_once_when_asked_at_once(procs):
+    """Threads of the script and the procs' actors asking for a new
+    controller at the same moment all get the one actor (a notebook's
+    ``debug_controller()`` raced a proc's ``breakpoint()`` this way, and
+    each side waited on a controller of its own)."""
+    from actors import Registry, Visitor
+
+    from monarch_actor import get_or_spawn_controller
+
+    asking = 8
+    barrier = threading.Barrier(asking)
+
+    def ask(who: int) -> Any:
+        barrier.wait()
+        return get_or_spawn_controller("raced", Registry, "at-once").get(timeout=30)
+
+    visitors = procs.spawn("raced_visitors", Visitor, "raced")
+    from_procs = visitors.visit.call()  # the procs ask meanwhile
+    with concurrent.futures.ThreadPoolExecutor(asking) as pool:
+        meshes = list(pool.map(ask, range(asking)))
+    counts = sorted(from_procs.get(timeout=60).values())
+    seen = [mesh.visit.call_one(100 + who).get(timeout=30) for who, mesh in enumerate(meshes)]
+    assert len(seen[-1]) == len(counts) + asking  # one actor saw every visit
+    assert counts == [1, 2, 3, 4]
+    visitors.stop().get(timeout=30)
 
 
 def test_as_endpoint_reaches_a_plain_method(procs):

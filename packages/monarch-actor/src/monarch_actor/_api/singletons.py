@@ -22,7 +22,7 @@ A = TypeVar("A")
 
 class Singletons:
     """The controller's named actors (a runtime service): it answers
-    ``Kind.SINGLETON`` requests from procs."""
+    ``Kind.SINGLETON`` requests from procs. Used on the control loop only."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -71,10 +71,17 @@ def get_or_spawn_controller(name: str, Class: type[A], *args: Any, **kwargs: Any
     runtime = get_runtime()
     if runtime.root == runtime.address:
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        try:
-            done.set_result(runtime.get(Singletons).spawn_or_find(name, Class, args, kwargs))
-        except Exception as error:
-            done.set_exception(error)
+
+        def spawn_or_find() -> None:
+            try:
+                done.set_result(runtime.get(Singletons).spawn_or_find(name, Class, args, kwargs))
+            except Exception as error:
+                done.set_exception(error)
+
+        # on the control loop, one request at a time, as the procs' requests are
+        # served: two threads (or a thread and a proc) asking at once must not
+        # both find none and spawn two
+        runtime.call_soon(spawn_or_find)
         return Future._of(done)
     receiver: PortReceiver[A] = PortReceiver(once=True)
     reply = [receiver.port._address, receiver.port._pid]

@@ -21,12 +21,16 @@ one per host) are already running at ``--workers``. It measures:
   procs), then seconds until the pending call raises (``lost``) and until
   ``unhandled_fault_hook`` hears of it (``lost_hook``); None where it did not
   within ``--lost-timeout`` (30 s);
+- ``cut`` (only with ``--cut PREFIX:HOST``, before ``lost``): the same with
+  the last host but one unplugged from the network instead
+  (``tools/netns_hosts.py``'s ``cut``: nothing is closed, packets are lost),
+  ``cut`` and ``cut_hook``;
 - ``memory``: the resident (RSS) and proportional (PSS) set of one proc, of
   each worker (``--worker-pids``) and of this controller, after the spawn, in
   bytes.
 
 ``--per-host`` sets the procs per host (2), ``--measures`` which of the
-above to take (all but ``lost``; ``spawn`` always runs). Prints one JSON
+above to take (all but ``lost`` and ``cut``; ``spawn`` always runs). Prints one JSON
 object with those keys.
 
     python tools/bench/hosts_bench.py --impl ours --workers tcp://10.0.0.2:26600,...
@@ -58,7 +62,6 @@ def memory(pid: int | str = "self") -> dict[str, int]:
 
 
 def workload(args: argparse.Namespace) -> dict[str, Any]:
-    import monarch.actor
     from monarch.actor import Actor, attach_to_workers, endpoint
 
     measures = set(args.measures.split(",")) | {"spawn"}
@@ -164,33 +167,67 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         results["rdma_64m"] = rdma(actors, quick)
         log(f"rdma 64 MiB: {results['rdma_64m'] / 1e9:.2f} GB/s")
 
+    if args.cut:  # first: the host it unplugs is not the one --kill ends
+        prefix, host = args.cut.split(":")
+        results.update(
+            lose(actors, len(workers) - 2, "cut", args.lost_timeout, lambda: cut(prefix, host))
+        )
     if args.kill:
-        heard: list[float] = []
-        monarch.actor.unhandled_fault_hook = lambda failure: heard.append(time.perf_counter())
-        last = actors.slice(hosts=len(workers) - 1, gpus=0)
-        pending = last.nap.call_one(120.0)
-        time.sleep(0.5)  # the call is delivered and running
-        start = time.perf_counter()
-        os.killpg(args.kill, signal.SIGKILL)  # the last host: its worker and every proc
-        results["lost"] = results["lost_hook"] = None
-        results["lost_timeout"] = args.lost_timeout
-        try:
-            pending.get(timeout=args.lost_timeout)
-        except Exception as error:  # whatever each implementation raises
-            took = time.perf_counter() - start
-            results["lost_error"] = f"{type(error).__name__}: {str(error)[:300]}"
-            if "timeout" not in type(error).__name__.lower():  # not our own bound
-                results["lost"] = took
-            log(f"lost after {took:.3f} s: {results['lost_error']}")
-        deadline = start + args.lost_timeout
-        while not heard and time.perf_counter() < deadline:
-            time.sleep(0.01)
-        results["lost_hook"] = heard[0] - start if heard else None
-        log(f"lost_hook: {results['lost_hook']}")
+        pgid = args.kill
+        results.update(
+            lose(
+                actors,
+                len(workers) - 1,
+                "lost",
+                args.lost_timeout,
+                lambda: os.killpg(pgid, signal.SIGKILL),  # the worker and every proc
+            )
+        )
+    if args.cut or args.kill:
         return results  # the mesh is broken: the caller ends the hosts
 
     hosts.shutdown().get()
     return results
+
+
+def lose(actors: Any, host: int, key: str, timeout: float, end: Any) -> dict[str, Any]:
+    """With a call to an actor on ``host`` pending, ``end()`` that host; then
+    seconds until the call raises (``key``) and until ``unhandled_fault_hook``
+    hears of it (``key_hook``), None where that did not happen in ``timeout``."""
+    import monarch.actor
+
+    heard: list[float] = []
+    monarch.actor.unhandled_fault_hook = lambda failure: heard.append(time.perf_counter())
+    pending = actors.slice(hosts=host, gpus=0).nap.call_one(120.0)
+    time.sleep(0.5)  # the call is delivered and running
+    start = time.perf_counter()
+    end()
+    results: dict[str, Any] = {key: None, f"{key}_hook": None, "lost_timeout": timeout}
+    try:
+        pending.get(timeout=timeout)
+    except Exception as error:  # whatever each implementation raises
+        took = time.perf_counter() - start
+        results[f"{key}_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+        if "timeout" not in type(error).__name__.lower():  # not our own bound
+            results[key] = took
+        log(f"{key} after {took:.3f} s: {results[f'{key}_error']}")
+    deadline = start + timeout
+    while not heard and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    results[f"{key}_hook"] = heard[0] - start if heard else None
+    log(f"{key}_hook: {results[f'{key}_hook']}")
+    return results
+
+
+def cut(prefix: str, host: str) -> None:
+    """Unplug network-namespace host ``host`` of ``prefix`` (tools/netns_hosts.py)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import netns_hosts
+
+    netns_hosts.cut(prefix, host)
 
 
 def rdma(actors: Any, quick: bool) -> float:
@@ -219,16 +256,25 @@ def plot(data: str, out: str) -> None:
         ("broadcast", "broadcasts/s", 1),
         ("lost", "lost host: pending call raises (s)", 1),
     )
+    # the lost-host panel shows a host killed (solid) and one cut off (dashed)
+    beside = {"lost": ("cut", "cut off", "--")}
     fig, axes = plt.subplots(2, 2, figsize=(9.6, 6.4), dpi=110)
     sizes: set[int] = set()
     for ax, (key, title, unit) in zip(axes.flat, panels, strict=True):
+        series = [(key, "", "-")]
+        if key in beside:
+            series.append(beside[key])
         for label, by_size in results.items():
-            points = sorted(
-                (int(n), r[key] * unit) for n, r in by_size.items() if r and r.get(key) is not None
-            )
-            if points:
-                sizes |= {n for n, _ in points}
-                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+            for measure, how, style in series:
+                points = sorted(
+                    (int(n), r[measure] * unit)
+                    for n, r in by_size.items()
+                    if r and r.get(measure) is not None
+                )
+                if points:
+                    sizes |= {n for n, _ in points}
+                    name = f"{label}, {how}" if how else label
+                    ax.plot(*zip(*points, strict=True), marker="o", linestyle=style, label=name)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(title, fontsize=10)
@@ -260,6 +306,10 @@ def main() -> None:
         "--measures", default=",".join(MEASURES), help=f"which of {','.join(MEASURES)}"
     )
     parser.add_argument("--kill", type=int, help="then kill this worker process group (lost)")
+    parser.add_argument(
+        "--cut",
+        help="PREFIX:HOST: first unplug this network-namespace host, the last but one (cut)",
+    )
     parser.add_argument("--worker-pids", default="", help="comma-separated, for their memory")
     parser.add_argument(
         "--lost-timeout", type=float, default=30, help="how long to wait for a lost host's report"
@@ -275,7 +325,7 @@ def main() -> None:
         parser.error("--impl and --workers are required (unless --plot)")
     results = workload(args)
     print(json.dumps(results), flush=True)
-    if args.kill:  # a lost host may leave either runtime waiting on it at exit
+    if args.kill or args.cut:  # a lost host may leave either runtime waiting on it at exit
         os._exit(0)
 
 

@@ -427,7 +427,8 @@ def on_hosts(
 ) -> dict[str, Any]:
     """Run tools/bench/hosts_bench.py ``argv`` as the controller of ``n``
     network-namespace hosts, a ``run_worker_loop_forever`` worker on each; with
-    ``kill``, it kills the last host's worker and procs itself (``lost``).
+    ``kill``, it unplugs the last host but one from the network (``cut``,
+    from two hosts on), then kills the last host's worker and procs (``lost``).
     Everything started in the namespaces ends with them; {} if it failed."""
     env = {**os.environ, "PYTHONPATH": "", "MONARCH_RDMA_BACKEND": "tcp"}
     env.setdefault("MONARCH_JOB_SECRET", os.urandom(32).hex())
@@ -442,6 +443,8 @@ def on_hosts(
         bench += ["--worker-pids", ",".join(str(w.pid) for w in workers), *argv]
         if kill:
             bench += ["--kill", str(workers[-1].pid)]
+            if n >= 2:
+                bench += ["--cut", f"{h.prefix}:{names[-2]}"]
         if impl == "monarch":  # ours finds the interface that routes to the workers itself
             bench += ["--listen", f"tcp://{h.ip('ctl')}:0"]
         console.print(f"running hosts_bench.py for {impl} on {n} hosts {' '.join(argv)} ...")
@@ -535,6 +538,20 @@ def cpu(args: argparse.Namespace) -> str:
         ),
     )
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+    def us_of(value: float | None) -> str:
+        return f"{value:.0f} µs" if value else "—"
+
+    # ours again, stage by stage (call_trace.py)
+    trace = run_json(sys.executable, [str(BENCH / "call_trace.py")], 300) or {}
+    total = trace.get("total_us")
+    stages = Both("One call_one round trip of ours, stage by stage", ("stage", "median", "share"))
+    for stage in CALL_STAGES:
+        value = trace.get(stage)
+        share = f"{value / total:.0%}" if value and total else "—"
+        stages.add(stage, f"{value:.1f} µs" if value else "failed", share)
+    if total:
+        stages.add("whole (median of whole calls)", f"{total:.1f} µs", "")
     return "\n".join(
         [
             f"Measured on {machine}, in one run: {seconds[1]} s of back-to-back "
@@ -542,8 +559,31 @@ def cpu(args: argparse.Namespace) -> str:
             "from `/proc` for the calling process and every process it started.",
             "",
             *both.done(),
+            "",
+            f"Then ours, {trace.get('matched', 0):,} calls traced with "
+            "`tools/bench/call_trace.py`: each process notes the clock as a call enters and "
+            "leaves each stage. Noting costs time too: a traced call took "
+            f"{us_of(trace.get('total_us'))} here, against {us(results['ours'], 'latency')} "
+            "untraced above, so read the shares.",
+            "",
+            *stages.done(),
         ]
     )
+
+
+# the stages tools/bench/call_trace.py reports, in the order a call passes them
+CALL_STAGES = (
+    "caller builds",
+    "caller's write",
+    "to the proc's loop",
+    "proc's loop",
+    "to the actor's thread",
+    "actor",
+    "actor's write",
+    "to the caller's loop",
+    "caller's loop",
+    "to the caller",
+)
 
 
 SCALE_SIZES = (8, 16, 32, 64, 128, 256)
@@ -617,7 +657,7 @@ def scale(args: argparse.Namespace) -> str:
                 kill = took is not None and (took <= 30 or procs == max(fits, default=procs))
             argv += ["--lost-timeout", f"{bound:.0f}"]
             impl = "ours" if label == "ours" else "monarch"
-            timeout = args.scale_timeout + (bound if kill else 0)
+            timeout = args.scale_timeout + (2 * bound if kill else 0)  # a cut, then a kill
             result = on_hosts(python, impl, n_hosts, argv, timeout, kill=kill)
             results[label][procs] = result
             if not result:
@@ -647,7 +687,10 @@ def scale(args: argparse.Namespace) -> str:
             "as in *Across hosts* (2,000 / (procs / 6) rounds, at least 50); a lost host is "
             "the last host's worker and procs killed (SIGKILL to the process group) while a "
             "call to one of its actors waits: seconds until that call raises, and until "
-            f"`unhandled_fault_hook` hears of it. Memory after the spawn: {memory}.",
+            "`unhandled_fault_hook` hears of it. A host cut off is measured the same way "
+            "just before, on the last host but one: its port on the namespaces' bridge set "
+            "down, so that nothing closes and every packet to or from it is lost. "
+            f"Memory after the spawn: {memory}.",
             *(["", *notes] if notes else []),
             "",
             *table_rows,
@@ -665,6 +708,8 @@ def scale_rows(results: dict[str, dict[int, dict[str, Any]]], sizes: list[int]) 
         ("broadcast", "Broadcasts per second", lambda v: f"{v:,.0f}"),
         ("lost", "A lost host: until the waiting call raises", lambda v: duration(v)),
         ("lost_hook", "A lost host: until `unhandled_fault_hook` hears", lambda v: duration(v)),
+        ("cut", "A host cut off the network: until the waiting call raises", duration),
+        ("cut_hook", "A host cut off the network: until `unhandled_fault_hook` hears", duration),
     )
     rows: list[str] = []
     for key, title, show in measures:

@@ -1,0 +1,36 @@
+"""tools/bench/call_trace.py: a call's stages, from both processes' clocks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = [
+    "caller builds",
+    "caller's write",
+    "to the proc's loop",
+    "proc's loop",
+    "to the actor's thread",
+    "actor",
+    "actor's write",
+    "to the caller's loop",
+    "caller's loop",
+    "to the caller",
+]
+
+
+def test_the_stages_of_a_call_add_up_to_the_whole() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools/bench/call_trace.py"), "--samples", "200"],
+        capture_output=True, text=True, timeout=180, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["matched"] >= 150  # nearly every call matched to its marks in the proc
+    assert all(result[stage] > 0 for stage in STAGES)  # the two clocks agree on order
+    # medians do not add exactly; far apart, the stages would be of other calls
+    assert 0.5 * result["total_us"] <= sum(result[s] for s in STAGES) <= 1.5 * result["total_us"]
+    assert "to the actor's thread" in done.stdout and "whole" in done.stdout

@@ -21,8 +21,8 @@ one per host) are already running at ``--workers``. It measures:
   procs), then seconds until the pending call raises (``lost``) and until
   ``unhandled_fault_hook`` hears of it (``lost_hook``); None where it did not
   within ``--lost-timeout`` (30 s);
-- ``cut`` (only with ``--cut PREFIX:HOST``, before ``lost``): the same with
-  the last host but one unplugged from the network instead
+- ``cut`` (only with ``--cut PREFIX:HOST``, the last host): the same with
+  that host unplugged from the network instead
   (``tools/netns_hosts.py``'s ``cut``: nothing is closed, packets are lost),
   ``cut`` and ``cut_hook``;
 - ``memory``: the resident (RSS) and proportional (PSS) set of one proc, of
@@ -167,10 +167,10 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         results["rdma_64m"] = rdma(actors, quick)
         log(f"rdma 64 MiB: {results['rdma_64m'] / 1e9:.2f} GB/s")
 
-    if args.cut:  # first: the host it unplugs is not the one --kill ends
+    if args.cut:
         prefix, host = args.cut.split(":")
         results.update(
-            lose(actors, len(workers) - 2, "cut", args.lost_timeout, lambda: cut(prefix, host))
+            lose(actors, len(workers) - 1, "cut", args.lost_timeout, lambda: cut(prefix, host))
         )
     if args.kill:
         pgid = args.kill
@@ -202,7 +202,7 @@ def lose(actors: Any, host: int, key: str, timeout: float, end: Any) -> dict[str
     time.sleep(0.5)  # the call is delivered and running
     start = time.perf_counter()
     end()
-    results: dict[str, Any] = {key: None, f"{key}_hook": None, "lost_timeout": timeout}
+    results: dict[str, Any] = {key: None, f"{key}_hook": None, f"{key}_timeout": timeout}
     try:
         pending.get(timeout=timeout)
     except Exception as error:  # whatever each implementation raises
@@ -258,10 +258,11 @@ def plot(data: str, out: str) -> None:
     )
     # the lost-host panel shows a host killed (solid) and one cut off (dashed)
     beside = {"lost": ("cut", "cut off", "--")}
+    colors = {label: f"C{i}" for i, label in enumerate(results)}
     fig, axes = plt.subplots(2, 2, figsize=(9.6, 6.4), dpi=110)
     sizes: set[int] = set()
     for ax, (key, title, unit) in zip(axes.flat, panels, strict=True):
-        series = [(key, "", "-")]
+        series = [(key, "killed" if key in beside else "", "-")]
         if key in beside:
             series.append(beside[key])
         for label, by_size in results.items():
@@ -274,7 +275,13 @@ def plot(data: str, out: str) -> None:
                 if points:
                     sizes |= {n for n, _ in points}
                     name = f"{label}, {how}" if how else label
-                    ax.plot(*zip(*points, strict=True), marker="o", linestyle=style, label=name)
+                    ax.plot(
+                        *zip(*points, strict=True),
+                        marker="o",
+                        linestyle=style,
+                        color=colors[label],
+                        label=name,
+                    )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(title, fontsize=10)
@@ -308,7 +315,7 @@ def main() -> None:
     parser.add_argument("--kill", type=int, help="then kill this worker process group (lost)")
     parser.add_argument(
         "--cut",
-        help="PREFIX:HOST: first unplug this network-namespace host, the last but one (cut)",
+        help="PREFIX:HOST: then unplug this network-namespace host, the last one (cut)",
     )
     parser.add_argument("--worker-pids", default="", help="comma-separated, for their memory")
     parser.add_argument(

@@ -423,12 +423,18 @@ def namespaces() -> Any:
 
 
 def on_hosts(
-    python: Path, impl: str, n: int, argv: list[str], timeout: float, kill: bool = False
+    python: Path,
+    impl: str,
+    n: int,
+    argv: list[str],
+    timeout: float,
+    kill: bool = False,
+    cut: bool = False,
 ) -> dict[str, Any]:
     """Run tools/bench/hosts_bench.py ``argv`` as the controller of ``n``
     network-namespace hosts, a ``run_worker_loop_forever`` worker on each; with
-    ``kill``, it unplugs the last host but one from the network (``cut``,
-    from two hosts on), then kills the last host's worker and procs (``lost``).
+    ``kill``, it kills the last host's worker and procs itself (``lost``); with
+    ``cut``, it unplugs the last host from the network instead (``cut``).
     Everything started in the namespaces ends with them; {} if it failed."""
     env = {**os.environ, "PYTHONPATH": "", "MONARCH_RDMA_BACKEND": "tcp"}
     env.setdefault("MONARCH_JOB_SECRET", os.urandom(32).hex())
@@ -443,8 +449,8 @@ def on_hosts(
         bench += ["--worker-pids", ",".join(str(w.pid) for w in workers), *argv]
         if kill:
             bench += ["--kill", str(workers[-1].pid)]
-            if n >= 2:
-                bench += ["--cut", f"{h.prefix}:{names[-2]}"]
+        if cut:
+            bench += ["--cut", f"{h.prefix}:{names[-1]}"]
         if impl == "monarch":  # ours finds the interface that routes to the workers itself
             bench += ["--listen", f"tcp://{h.ip('ctl')}:0"]
         console.print(f"running hosts_bench.py for {impl} on {n} hosts {' '.join(argv)} ...")
@@ -616,6 +622,22 @@ def needed_memory(result: dict[str, Any], procs: int, hosts: int) -> float:
     return memory["proc"]["pss"] * procs + per_worker * hosts + memory["controller"]["pss"]
 
 
+def lose_here(
+    first: dict[str, Any] | None, key: str, procs: int, sizes: list[int]
+) -> tuple[bool, float]:
+    """Whether to lose a host (``key``: "lost" killed, "cut" cut off) at
+    ``procs``, and how long to wait for its report. The first size waits
+    long; the others twice what that took (at least 30 s), and where that is
+    slow (over 30 s: Monarch's) only the largest size that fits memory."""
+    if not first:
+        return True, LOST_FIRST
+    room = MEMORY_SHARE * available_memory()
+    fits = [n for n in sizes if needed_memory(first, n, scale_layout(n)[0]) <= room]
+    took = first.get(key)
+    bound = max(30.0, 2 * took) if took else LOST_FIRST
+    return took is not None and (took <= 30 or procs == max(fits, default=procs)), bound
+
+
 def scale(args: argparse.Namespace) -> str:
     """Meshes of 8 to 256 procs over up to 16 network-namespace hosts, ours
     and Monarch 0.7.0 where it fits this machine's memory: spawn, call to
@@ -644,24 +666,25 @@ def scale(args: argparse.Namespace) -> str:
                     console.print(f"[yellow]{label}: skipped {skipped[label]}[/]")
                     continue
             argv = ["--per-host", str(per_host), "--measures", SCALE_MEASURES]
-            # the first size waits long for a lost host's report; the others
-            # twice what that took (at least 30 s), and where that is slow
-            # (over 30 s: Monarch's) only the largest size that fits memory
             first = next(iter(results[label].values()), None)
-            bound, kill = LOST_FIRST, True
-            if first:
-                room = MEMORY_SHARE * available_memory()
-                fits = [n for n in sizes if needed_memory(first, n, scale_layout(n)[0]) <= room]
-                took = first.get("lost")
-                bound = max(30.0, 2 * took) if took else LOST_FIRST
-                kill = took is not None and (took <= 30 or procs == max(fits, default=procs))
-            argv += ["--lost-timeout", f"{bound:.0f}"]
+            kill, bound = lose_here(first, "lost", procs, sizes)
             impl = "ours" if label == "ours" else "monarch"
-            timeout = args.scale_timeout + (2 * bound if kill else 0)  # a cut, then a kill
+            timeout = args.scale_timeout + (bound if kill else 0)
+            argv += ["--lost-timeout", f"{bound:.0f}"]
             result = on_hosts(python, impl, n_hosts, argv, timeout, kill=kill)
             results[label][procs] = result
             if not result:
                 skipped[label] = f"from {procs} procs on: failed or overran (see above)"
+                continue
+            # a host cut off, on hosts of its own: after a kill (or before one)
+            # Monarch's next report of a lost host came late, or not at all
+            cut, bound = lose_here(first, "cut", procs, sizes)
+            if cut and n_hosts >= 2:
+                argv = ["--per-host", str(per_host), "--measures", "spawn"]
+                argv += ["--lost-timeout", f"{bound:.0f}"]
+                timeout = args.scale_timeout + bound
+                lost = on_hosts(python, impl, n_hosts, argv, timeout, cut=True)
+                result.update({k: v for k, v in lost.items() if k.startswith("cut")})
     console.print_json(json.dumps(results))
     table_rows = scale_rows(results, sizes)
     if args.write:
@@ -687,9 +710,9 @@ def scale(args: argparse.Namespace) -> str:
             "as in *Across hosts* (2,000 / (procs / 6) rounds, at least 50); a lost host is "
             "the last host's worker and procs killed (SIGKILL to the process group) while a "
             "call to one of its actors waits: seconds until that call raises, and until "
-            "`unhandled_fault_hook` hears of it. A host cut off is measured the same way "
-            "just before, on the last host but one: its port on the namespaces' bridge set "
-            "down, so that nothing closes and every packet to or from it is lost. "
+            "`unhandled_fault_hook` hears of it. A host cut off is measured the same way, "
+            "on fresh hosts of the same size: the last host's port on the namespaces' bridge "
+            "set down, so that nothing closes and every packet to or from it is lost. "
             f"Memory after the spawn: {memory}.",
             *(["", *notes] if notes else []),
             "",
@@ -726,7 +749,8 @@ def scale_rows(results: dict[str, dict[int, dict[str, Any]]], sizes: list[int]) 
                 elif key not in result:
                     cells.append("not measured")
                 elif result[key] is None:
-                    cells.append(f"> {result.get('lost_timeout', 30):.0f} s")
+                    bound = result.get(f"{key.removesuffix('_hook')}_timeout", 30)
+                    cells.append(f"> {bound:.0f} s")
                 else:
                     cells.append(show(result[key]))
             both.add(*cells)

@@ -8,6 +8,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 SWEEP = (1, 2, 4, 8, 16, 32, 64)  # mesh sizes of the latency sweep
 
@@ -50,3 +51,44 @@ def best_time(fn: Callable[[], object], repeat: int) -> float:
 def sizes(text: str) -> list[int]:
     """``--sweep 1,2,4``: comma-separated sizes ('' for none)."""
     return [int(n) for n in text.split(",") if n]
+
+
+def note_calls(
+    owner: Any, name: str, log: list[tuple[str, float]], before: str = "", after: str = ""
+) -> None:
+    """Wrap ``owner.name`` so that each call appends ``(before, clock)`` to
+    ``log`` as it starts and ``(after, clock)`` as it ends (an empty label
+    notes nothing). The clock is ``time.perf_counter()``: ``CLOCK_MONOTONIC``,
+    the same in every process of a host, so two processes' notes compare."""
+    real = getattr(owner, name)
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        if before:
+            log.append((before, time.perf_counter()))
+        try:
+            return real(*args, **kwargs)
+        finally:
+            if after:
+                log.append((after, time.perf_counter()))
+
+    setattr(owner, name, noted)
+
+
+def report_stages(
+    title: str, stages: dict[str, list[float]], totals: list[float], result: dict[str, Any]
+) -> dict[str, Any]:
+    """Print the median of each stage and of the whole (seconds in, µs out)
+    and add them to ``result``, with ``matched`` (how many were traced
+    through every stage), ``total_us`` and ``stages`` (the names, in order)."""
+    result["matched"] = min((len(values) for values in stages.values()), default=0)
+    result["total_us"] = statistics.median(totals) * 1e6 if totals else None
+    result["stages"] = list(stages)
+    width = max(len(stage) for stage in [*stages, "whole"])
+    print(title)
+    for stage, values in stages.items():
+        result[stage] = statistics.median(values) * 1e6 if values else None
+        shown = "-" if not values else f"{result[stage]:8.1f} µs"
+        print(f"  {stage:<{width}} {shown}")
+    if totals:
+        print(f"  {'whole':<{width}} {result['total_us']:8.1f} µs ({len(totals)})")
+    return result

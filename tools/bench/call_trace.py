@@ -10,16 +10,17 @@ stages, in the order a call passes them:
 
 - ``caller builds``: from ``call_one`` until the message is handed to the
   transport (arguments checked and pickled, header, reply port, routing);
-- ``caller's write``: the socket write (it wakes the actor's process);
-- ``to the proc's loop``: until the proc's control loop starts on it
-  (waking that loop, reading and cutting the bytes into a message);
+- ``write, to the proc's loop``: until the proc's control loop starts on it
+  (the socket write, waking that loop, reading and cutting the bytes into
+  a message). One stage, since the two overlap: the woken loop may run
+  before the write has returned to the caller;
 - ``proc's loop``: until the message is queued for the actor's thread
   (header, ordering, the actor's inbox);
 - ``to the actor's thread``: until that thread starts on it (the wake-up);
 - ``actor``: until the reply is handed to the transport (unpickling, the
   endpoint, pickling the reply);
-- ``actor's write``: the socket write of the reply;
-- ``to the caller's loop``: until the caller's control loop starts on it;
+- ``write, to the caller's loop``: until the caller's control loop starts
+  on the reply;
 - ``caller's loop``: until the reply has settled the call's future;
 - ``to the caller``: until ``get()`` returns (waking the calling thread).
 
@@ -33,50 +34,31 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import statistics
 import sys
 import time
-from typing import Any
+
+from _timing import note_calls, report_stages
 
 from monarch.actor import Actor, endpoint, this_host
 
 # (stage, mark it starts at, mark it ends at); marks "p:" are the actor's process's
 STAGES = (
     ("caller builds", "start", "sending"),
-    ("caller's write", "sending", "sent"),
-    ("to the proc's loop", "sent", "p:dispatch"),
+    ("write, to the proc's loop", "sending", "p:dispatch"),
     ("proc's loop", "p:dispatch", "p:queued"),
     ("to the actor's thread", "p:queued", "p:step"),
     ("actor", "p:step", "p:sending"),
-    ("actor's write", "p:sending", "p:sent"),
-    ("to the caller's loop", "p:sent", "dispatch"),
+    ("write, to the caller's loop", "p:sending", "dispatch"),
     ("caller's loop", "dispatch", "settled"),
     ("to the caller", "settled", "end"),
 )
 
 
-def _wrap(owner: Any, name: str, log: list[tuple[str, float]], before: str, after: str) -> None:
-    """Note the time before (``before``) and after (``after``) each call of
-    ``owner.name``; an empty label notes nothing."""
-    real = getattr(owner, name)
-
-    def noted(*args: Any, **kwargs: Any) -> Any:
-        if before:
-            log.append((before, time.perf_counter()))
-        try:
-            return real(*args, **kwargs)
-        finally:
-            if after:
-                log.append((after, time.perf_counter()))
-
-    setattr(owner, name, noted)
-
-
 def _trace_sends(log: list[tuple[str, float]], prefix: str) -> None:
     from monarch_actor._core.router import Runtime
 
-    _wrap(Runtime, "send_frames", log, f"{prefix}sending", f"{prefix}sent")
-    _wrap(Runtime, "dispatch", log, f"{prefix}dispatch", "")
+    note_calls(Runtime, "send_frames", log, before=f"{prefix}sending")
+    note_calls(Runtime, "dispatch", log, before=f"{prefix}dispatch")
 
 
 class Traced(Actor):
@@ -88,8 +70,8 @@ class Traced(Actor):
 
         self.log: list[tuple[str, float]] = []
         _trace_sends(self.log, "p:")
-        _wrap(ActorHost, "post", self.log, "", "p:queued")
-        _wrap(ActorHost, "_step", self.log, "p:step", "")
+        note_calls(ActorHost, "post", self.log, after="p:queued")
+        note_calls(ActorHost, "_step", self.log, before="p:step")
 
     @endpoint
     def ping(self) -> int:
@@ -134,7 +116,7 @@ def main() -> int:
     actor.taken.call_one().get()
     mine: list[tuple[str, float]] = []
     _trace_sends(mine, "")
-    _wrap(Gather, "_settle", mine, "", "settled")
+    note_calls(Gather, "_settle", mine, after="settled")
     calls: list[dict[str, float]] = []
     for _ in range(args.samples):
         call = {"start": time.perf_counter()}
@@ -146,27 +128,27 @@ def main() -> int:
     procs.stop().get()
 
     # each call's own marks: the caller's between its start and end; the
-    # proc's in order between the caller's write and the reply's arrival
-    # (other messages, such as supervision's, add marks outside that window)
+    # proc's in order after the caller's write began (other messages, such
+    # as supervision's, add marks outside that window)
     stages: dict[str, list[float]] = {stage: [] for stage, _, _ in STAGES}
     totals = []
     here, there = _by_label(mine), _by_label(theirs)
     for call in calls:
         marks = dict(call)
-        for label in ("sending", "sent", "settled"):
+        for label in ("sending", "settled"):
             found = _first(here.get(label, []), call["start"], call["end"])
             if found is not None:
                 marks[label] = found
-        if "sent" not in marks or "settled" not in marks:
+        if "sending" not in marks or "settled" not in marks:
             continue
         # the reply's arrival: the caller's last dispatch before the future settled
-        found = _last(here.get("dispatch", []), marks["sent"], marks["settled"])
+        found = _last(here.get("dispatch", []), marks["sending"], marks["settled"])
         if found is None:
             continue
         marks["dispatch"] = found
-        at = marks["sent"]
-        for label in ("p:dispatch", "p:queued", "p:step", "p:sending", "p:sent"):
-            found = _first(there.get(label, []), at, marks["dispatch"])
+        at = marks["sending"]
+        for label in ("p:dispatch", "p:queued", "p:step", "p:sending"):
+            found = _first(there.get(label, []), at, call["end"])
             if found is None:
                 break
             marks[label] = at = found
@@ -174,17 +156,9 @@ def main() -> int:
             for stage, first, last in STAGES:
                 stages[stage].append(marks[last] - marks[first])
             totals.append(call["end"] - call["start"])
-    result: dict[str, Any] = {
-        "matched": len(totals),
-        "total_us": statistics.median(totals) * 1e6 if totals else None,
-    }
-    print(f"call_one round trip, stages (medians of {len(totals)} calls):")
-    for stage, values in stages.items():
-        result[stage] = statistics.median(values) * 1e6 if values else None
-        shown = "-" if not values else f"{result[stage]:8.1f} µs"
-        print(f"  {stage:<22} {shown}")
-    if totals:
-        print(f"  {'whole':<22} {result['total_us']:8.1f} µs")
+    result = report_stages(
+        f"call_one round trip, stages (medians of {len(totals)} calls):", stages, totals, {}
+    )
     print(json.dumps(result))
     return 0 if totals else 1
 

@@ -29,33 +29,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from typing import Any
 
-from _timing import cuda_skip_reason
+from _timing import cuda_skip_reason, note_calls, report_stages
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.rdma import RDMABuffer
 
 STAGES = ("before request", "to the owner", "owner", "answer back", "after answer")
-
-
-def _wrap(owner: Any, name: str, log: list[tuple[str, float]], label: str, after: bool) -> None:
-    """Note the time (with ``label``) before or after each call of ``owner.name``."""
-    real = getattr(owner, name)
-
-    def noted(*args: Any, **kwargs: Any) -> Any:
-        if not after:
-            log.append((label, time.perf_counter()))
-            return real(*args, **kwargs)
-        try:
-            return real(*args, **kwargs)
-        finally:
-            log.append((label, time.perf_counter()))
-
-    setattr(owner, name, noted)
 
 
 class TracedOwner(Actor):
@@ -70,8 +53,8 @@ class TracedOwner(Actor):
     def buffer(self, size: int, cuda: bool) -> RDMABuffer:
         from monarch_rdma import _server, _wire
 
-        _wrap(_server.DataServer, "_handle", self.log, "owner in", after=False)
-        _wrap(_wire.Channel, "send", self.log, "owner out", after=False)
+        note_calls(_server.DataServer, "_handle", self.log, before="owner in")
+        note_calls(_wire.Channel, "send", self.log, before="owner out")
         if cuda:
             import torch
 
@@ -133,8 +116,8 @@ def main() -> int:
         move()
     owner.taken.call_one().get()
     mine: list[tuple[str, float]] = []
-    _wrap(_wire.Channel, "send", mine, "sent", after=False)
-    _wrap(_control, "read_answer", mine, "answered", after=True)
+    note_calls(_wire.Channel, "send", mine, before="sent")
+    note_calls(_control, "read_answer", mine, after="answered")
     for _ in range(args.samples):
         mine.append(("start", time.perf_counter()))
         move()
@@ -169,20 +152,13 @@ def main() -> int:
         stages["answer back"].append(transfer["answered"] - answered)
         stages["after answer"].append(transfer["end"] - transfer["answered"])
     totals = [t["end"] - t["start"] for t in transfers]
-    result: dict[str, Any] = {
-        "backend": args.backend,
-        "size": args.size,
-        "write": args.write,
-        "matched": len(stages["owner"]),
-        "total_us": statistics.median(totals) * 1e6 if totals else None,
-    }
-    print(f"{args.backend} {'write' if args.write else 'read'} of {args.size} bytes, medians:")
-    for stage, values in stages.items():
-        result[stage] = statistics.median(values) * 1e6 if values else None
-        shown = "-" if not values else f"{result[stage]:8.1f} µs"
-        print(f"  {stage:<15} {shown}")
-    if totals:
-        print(f"  {'whole':<15} {result['total_us']:8.1f} µs ({len(totals)} transfers)")
+    moved = f"{args.backend} {'write' if args.write else 'read'} of {args.size} bytes"
+    result = report_stages(
+        f"{moved}, medians:",
+        stages,
+        totals,
+        {"backend": args.backend, "size": args.size, "write": args.write},
+    )
     print(json.dumps(result))
     return 0 if result["matched"] else 1
 

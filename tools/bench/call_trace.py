@@ -120,7 +120,6 @@ def main() -> int:
     calls: list[dict[str, float]] = []
     for _ in range(args.samples):
         call = {"start": time.perf_counter()}
-        mine.append(("start", call["start"]))
         actor.ping.call_one().get()
         call["end"] = time.perf_counter()
         calls.append(call)

@@ -172,7 +172,7 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         results.update(
             lose(actors, len(workers) - 1, "cut", args.lost_timeout, lambda: cut(prefix, host))
         )
-    if args.kill:
+    elif args.kill:
         pgid = args.kill
         results.update(
             lose(
@@ -312,8 +312,10 @@ def main() -> None:
     parser.add_argument(
         "--measures", default=",".join(MEASURES), help=f"which of {','.join(MEASURES)}"
     )
-    parser.add_argument("--kill", type=int, help="then kill this worker process group (lost)")
-    parser.add_argument(
+    # one way to lose the last host a run: the other's report would follow a broken mesh
+    lose_by = parser.add_mutually_exclusive_group()
+    lose_by.add_argument("--kill", type=int, help="then kill this worker process group (lost)")
+    lose_by.add_argument(
         "--cut",
         help="PREFIX:HOST: then unplug this network-namespace host, the last one (cut)",
     )

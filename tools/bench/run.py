@@ -545,9 +545,6 @@ def cpu(args: argparse.Namespace) -> str:
     )
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
-    def us_of(value: float | None) -> str:
-        return f"{value:.0f} µs" if value else "—"
-
     # ours again, stage by stage (call_trace.py)
     trace = run_json(sys.executable, [str(BENCH / "call_trace.py")], 300) or {}
     total = trace.get("total_us")
@@ -571,7 +568,8 @@ def cpu(args: argparse.Namespace) -> str:
             f"Then ours, {trace.get('matched', 0):,} calls traced with "
             "`tools/bench/call_trace.py`: each process notes the clock as a call enters and "
             "leaves each stage. Noting costs time too: a traced call took "
-            f"{us_of(trace.get('total_us'))} here, against {us(results['ours'], 'latency')} "
+            f"{f'{total:.0f} µs' if total else '—'} here, against "
+            f"{us(results['ours'], 'latency')} "
             "untraced above, so read the shares.",
             "",
             *stages.done(),
@@ -663,10 +661,10 @@ def scale(args: argparse.Namespace) -> str:
             if not result:
                 skipped[label] = f"from {procs} procs on: failed or overran (see above)"
                 continue
-            # a host cut off, on hosts of its own: after a kill (or before one)
-            # Monarch's next report of a lost host came late, or not at all
+            # a host cut off, on hosts of its own: with a kill after a cut on the
+            # same hosts, Monarch's report of the killed host never came
             cut, bound = lose_here(first, "cut", procs, sizes)
-            if cut and n_hosts >= 2:
+            if cut:
                 argv = ["--per-host", str(per_host), "--measures", "spawn"]
                 argv += ["--lost-timeout", f"{bound:.0f}"]
                 timeout = args.scale_timeout + bound

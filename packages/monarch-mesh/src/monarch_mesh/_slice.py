@@ -269,9 +269,15 @@ class Slice:
         return isinstance(rank, int) and self._locate(rank) is not None
 
     def __iter__(self) -> Iterator[int]:
-        if not self._sizes:
-            yield self._offset
-            return
+        sizes = self._sizes
+        if len(sizes) == 1:  # most meshes a message goes to: no generator to run
+            step = self._strides[0]
+            return iter(range(self._offset, self._offset + sizes[0] * step, step))
+        if not sizes:
+            return iter((self._offset,))
+        return self._ranks()
+
+    def _ranks(self) -> Iterator[int]:
         if 0 in self._sizes:
             return
         *outer, inner = zip(self._sizes, self._strides, strict=True)

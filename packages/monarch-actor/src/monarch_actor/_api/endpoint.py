@@ -8,6 +8,7 @@ loop then casts the message down the multicast tree and gathers replies.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar
@@ -93,6 +94,9 @@ class Messaged(Protocol):
     ) -> None: ...
 
 
+_NO_ARGUMENTS = encode(((), {}))  # a call with no arguments
+
+
 class ActorEndpoint(Generic[P, R]):
     """``mesh.method``: the adverbs that message the mesh's actors.
 
@@ -120,6 +124,8 @@ class ActorEndpoint(Generic[P, R]):
         self._prop.bind(args, kwargs)
         if extensions._transforms:
             args, kwargs = extensions.transformed(self._mesh, args, kwargs)
+        elif not args and not kwargs:
+            return [*_NO_ARGUMENTS]  # the same bytes every time: pickled once
         return encode((args, kwargs), same_host=lambda: self._one_peer_here(shape))
 
     def _one_peer_here(self, shape: Shape) -> bool:
@@ -221,19 +227,18 @@ class ActorEndpoint(Generic[P, R]):
         self._cast(shape, frames, gather)
         return Future._of(gather.result)
 
-    def _describe(self, shape: Shape) -> Any:
-        """The error of position i of a call on ``shape`` whose process was lost."""
-        mesh, method = self._mesh._spawn_name, self._name
+    def _describe(self, shape: Shape) -> Callable[[int, str], str]:
+        """The error of position i of a call on ``shape`` whose process was
+        lost (worked out only then: most calls never need it)."""
+        return functools.partial(self._lost_text, shape)
+
+    def _lost_text(self, shape: Shape, position: int, reason: str) -> str:
         spawned_on = self._mesh._procs._shape  # ranks are named in the whole mesh
         owned = Supervision.of(get_runtime()).owned.get(self._mesh._key)
         owner = owned.owner if owned is not None else None
-
-        def describe(position: int, reason: str) -> str:
-            rank = list(spawned_on.ndslice).index(shape.ndslice[position])
-            actor = actor_name(self._mesh, rank, owner)
-            return call_failed(mesh, method, actor_failed(actor, reason))
-
-        return describe
+        rank = list(spawned_on.ndslice).index(shape.ndslice[position])
+        actor = actor_name(self._mesh, rank, owner)
+        return call_failed(self._mesh._spawn_name, self._name, actor_failed(actor, reason))
 
     def rref(self, *args: Any, **kwargs: Any) -> Any:
         """Call every actor of the mesh for distributed tensors, without

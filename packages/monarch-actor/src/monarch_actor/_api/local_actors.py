@@ -4,13 +4,13 @@ arrived before their actor's spawn."""
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from monarch_transport import encode_header
 
 from .._core.gather import Gather
+from .._core.reply import Reply
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Op, call_header, port_header
 
@@ -92,7 +92,7 @@ class LocalActors:
         one[Key.BRANCH] = [first, first + 1]
         self.runtime.undeliverable([encode_header(one), *frames[1:]], self.runtime.address, reason)
 
-    def stop_all(self, reason: str) -> concurrent.futures.Future[Any]:
+    def stop_all(self, reason: str) -> Reply[Any]:
         """Stop every actor here (their ``__cleanup__`` runs; on the loop);
         the future resolves once all have answered."""
         hosts = list(self.hosts.values())

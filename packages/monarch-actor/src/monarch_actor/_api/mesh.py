@@ -23,6 +23,7 @@ from .._core.future import Future
 from .._core.gather import Gather
 from .._core.ports import Port
 from .._core.process import get_runtime
+from .._core.reply import Reply
 from .._core.router import Frames
 from .._core.threads import run_in_thread
 from .._core.wire import Key, Kind, Op
@@ -590,7 +591,7 @@ class ProcMesh(MeshOps):
         refused = supervision.refusing_spawns(self._table.id, self._shape.ndslice)
         if refused:  # as in Monarch: a handle whose first use raises
             mesh._refused = _spawn_refused(refused, len(self._shape))
-            mesh._started = concurrent.futures.Future()
+            mesh._started = Reply()
             mesh._started.set_exception(mesh._refused)
             return mesh  # type: ignore[return-value]
         spawner = current()  # None on the controller: the root client spawns
@@ -750,7 +751,7 @@ class ActorMesh(MeshOps, Generic[A]):
         self._procs = procs
         self._shape = shape
         self._is_async = is_async
-        self._started: concurrent.futures.Future[Any] | None = None  # where it was spawned
+        self._started: Reply[Any] | None = None  # where it was spawned
         self._refused: RuntimeError | None = None  # the spawn was refused: every use raises this
 
     def _new_with_shape(self, shape: Shape) -> ActorMesh[A]:
@@ -781,7 +782,10 @@ class ActorMesh(MeshOps, Generic[A]):
             raise AttributeError(name)
         attr = getattr(self._class, name, None)
         if isinstance(attr, EndpointProperty):
-            return ActorEndpoint(self, attr)
+            # kept: the next ``mesh.method`` is a plain attribute read
+            endpoint: ActorEndpoint[Any, Any] = ActorEndpoint(self, attr)
+            self.__dict__[name] = endpoint
+            return endpoint
         if callable(attr):
             return _NotAnEndpoint(self, name)
         raise AttributeError(f"{self._class.__qualname__} actor mesh has no endpoint {name!r}")
@@ -848,9 +852,9 @@ class ActorMesh(MeshOps, Generic[A]):
         of one that raised (or of a process that died while spawning)."""
         if self._started is None:  # a reference received from elsewhere
             return Future._done(None)
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done: Reply[None] = Reply()
 
-        def settle(started: concurrent.futures.Future[Any]) -> None:
+        def settle(started: Reply[Any]) -> None:
             error = started.exception()
             if error is not None:
                 done.set_exception(error)

@@ -23,6 +23,7 @@ from .._core.gather import Gather
 from .._core.lifecycle import ProcExited, emit
 from .._core.process import get_runtime, maybe_runtime
 from .._core.progress import progress, shows_progress
+from .._core.reply import to_asyncio
 from .._core.router import Frames, Runtime
 from .._core.threads import run_in_thread
 from .._core.wire import Key, Kind, port_header
@@ -399,7 +400,7 @@ async def _stop_proc(runtime: Runtime, header: dict[str, Any]) -> None:
     """Stop every actor here (their ``__cleanup__`` runs), answer, then exit."""
     stopped = runtime.get(LocalActors).stop_all(header.get(Key.WHY) or "stopped by client")
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(asyncio.wrap_future(stopped), STOP_TIMEOUT - 2)
+        await asyncio.wait_for(to_asyncio(stopped, runtime.loop), STOP_TIMEOUT - 2)
     await drain_output()  # its last lines reach the owner before the answer
     port = header.get(Key.REPLY_TO)
     if port is not None:

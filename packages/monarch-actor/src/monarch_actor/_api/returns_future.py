@@ -75,8 +75,8 @@ class _LazyFuture(Future[R]):
     def _settle(self, task: asyncio.Task[R]) -> None:
         if task.cancelled():
             self._cf.cancel()
-        elif task.exception() is not None:
-            self._cf.set_exception(task.exception())
+        elif (error := task.exception()) is not None:
+            self._cf.set_exception(error)
         else:
             self._cf.set_result(task.result())
 

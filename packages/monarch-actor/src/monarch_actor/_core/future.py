@@ -10,6 +10,8 @@ import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
+from .reply import Reply, to_asyncio
+
 __all__ = ["Future"]
 
 R = TypeVar("R")
@@ -32,17 +34,17 @@ class Future(Generic[R]):
                 "Future objects are returned by Monarch operations and cannot be "
                 "constructed directly."
             )
-        self._cf: concurrent.futures.Future[R] = args[1]  # type: ignore[assignment]
+        self._cf: concurrent.futures.Future[R] | Reply[R] = args[1]  # type: ignore[assignment]
 
     @classmethod
-    def _of(cls, cf: concurrent.futures.Future[Any]) -> Future[Any]:
+    def _of(cls, cf: concurrent.futures.Future[Any] | Reply[Any]) -> Future[Any]:
         return cls(INTERNAL, cf)
 
     @classmethod
     def _done(cls, value: Any) -> Future[Any]:
-        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        cf.set_result(value)
-        return cls(INTERNAL, cf)
+        reply: Reply[Any] = Reply()
+        reply.set_result(value)
+        return cls(INTERNAL, reply)
 
     def get(self, timeout: float | None = None) -> R:
         """Wait for the result, blocking the calling thread.
@@ -121,7 +123,7 @@ class Future(Generic[R]):
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise RuntimeError("as_asyncio() requires a running asyncio event loop.") from None
-        return asyncio.wrap_future(self._cf, loop=loop)
+        return to_asyncio(self._cf, loop)
 
     def __await__(self) -> Generator[Any, None, R]:
         try:
@@ -130,7 +132,7 @@ class Future(Generic[R]):
             raise ValueError(
                 "__await__ with no active event loop: use future.get() in synchronous code"
             ) from None
-        return asyncio.wrap_future(self._cf, loop=loop).__await__()
+        return to_asyncio(self._cf, loop).__await__()
 
     def __repr__(self) -> str:
         state = "done" if self._cf.done() else "pending"

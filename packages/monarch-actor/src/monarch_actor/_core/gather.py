@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
 from monarch_transport import DecodeError, decode_payload
 
 from .errors import SupervisionError
+from .reply import Reply
 from .router import Frames, Runtime
 from .wire import Key
 
@@ -37,10 +37,8 @@ class Gather:
         self.describe = describe  # the error message of position i's loss, and why
         self.values: dict[int, Any] = {}
         self.addresses: list[str] = []
-        self.result: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.stream: list[concurrent.futures.Future[Any]] = (
-            [concurrent.futures.Future() for _ in range(count)] if mode == "stream" else []
-        )
+        self.result: Reply[Any] = Reply()
+        self.stream: list[Reply[Any]] = [Reply() for _ in range(count)] if mode == "stream" else []
         self.pid = 0
 
     def open(self, addresses: list[str]) -> list[str | int]:

@@ -361,9 +361,11 @@ class Runtime:
         header[Key.SHAPE] = [shape.labels, s.offset, s.sizes, s.strides]
         header[Key.ORIGIN] = self.origin
         seqs = self.numbering.take(addresses, header[Key.ACTOR])
-        for branch in self._children(0, addresses):
+        children = self._children(0, addresses)
+        alone = len(children) == 1  # the caller's header is this branch's: no copy
+        for branch in children:
             lo, hi = branch.first, branch.stop
-            self._send_branch(header, frames, branch, addresses[lo:hi], seqs[lo:hi], batch)
+            self._send_branch(header, frames, branch, addresses[lo:hi], seqs[lo:hi], batch, alone)
 
     def _children(self, start: int, addresses: Sequence[str]) -> list[Branch]:
         """Where a message for ``addresses`` (positions ``start`` on) goes
@@ -402,8 +404,9 @@ class Runtime:
         addresses: Sequence[str],
         seqs: Sequence[int],
         batch: bool = False,
+        in_place: bool = False,
     ) -> None:
-        sub = dict(header)
+        sub = header if in_place else dict(header)
         sub[Key.BRANCH] = [branch.first, branch.stop]
         sub[Key.DESTS] = list(addresses)
         sub[Key.SEQS] = list(seqs)

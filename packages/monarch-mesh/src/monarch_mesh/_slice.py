@@ -48,7 +48,7 @@ class Slice:
         ([0, 1, 2, 3, 4, 5], 4, 4, [1, 1])
     """
 
-    __slots__ = ("_by_stride", "_offset", "_positions", "_sizes", "_strides")
+    __slots__ = ("_by_stride", "_len", "_offset", "_positions", "_sizes", "_strides")
 
     def __init__(self, *, offset: int, sizes: Sequence[int], strides: Sequence[int]) -> None:
         sizes, strides = tuple(sizes), tuple(strides)
@@ -77,6 +77,7 @@ class Slice:
 
     def _init(self, offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> None:
         self._offset, self._sizes, self._strides = offset, sizes, strides
+        self._len = prod(sizes)  # asked of every message's mesh
         self._by_stride = _greedy_order(sizes, strides)
         self._positions: dict[int, int] | None = None
         if self._by_stride is None:
@@ -166,7 +167,7 @@ class Slice:
         return len(self._sizes)
 
     def __len__(self) -> int:
-        return prod(self._sizes)
+        return self._len
 
     # -- rank <-> position <-> coordinates -------------------------------------
 

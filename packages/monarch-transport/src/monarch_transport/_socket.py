@@ -156,6 +156,11 @@ class _Framer:
                     kind, count, self._buf[start : self._start + table], self._max
                 )
                 self._start += table
+                if count <= 2 and self._end - self._start >= sum(lengths):
+                    # a whole message of a header and a pickle (no out-of-band
+                    # buffer, which wants memory of its own): one copy, cut in views
+                    self._on_message(kind, self._cut(lengths))
+                    continue
                 self._head = (kind, lengths, [])
             kind, lengths, frames = self._head
             while len(frames) < len(lengths):
@@ -176,6 +181,16 @@ class _Framer:
                     return
             self._head = None
             self._on_message(kind, frames)
+
+    def _cut(self, lengths: list[int]) -> list[memoryview]:
+        """The frames of ``lengths``, all in the buffer, copied out at once."""
+        start = self._start
+        self._start = end = start + sum(lengths)
+        body = memoryview(self._buf[start:end])
+        if len(lengths) < 2:
+            return [body] if lengths else []
+        first = lengths[0]
+        return [body[:first], body[first:]]
 
 
 _TAG_SPACE = bytes(TAG)  # where a tag will be, for a head written before it is known

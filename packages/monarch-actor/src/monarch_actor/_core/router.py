@@ -111,7 +111,7 @@ class Outbox:
                 self.last_direct = now
                 return
             self.in_transit += 1
-        self.runtime.loop.call_soon_threadsafe(self._arrived, frames)
+        self.runtime.hand_to_loop(self, frames)
 
     def _arrived(self, frames: Frames) -> None:
         with self.lock:
@@ -214,6 +214,11 @@ class Runtime:
         self.thread_id = threading.get_ident()
         self.closing = False
         self.outboxes: dict[str, Outbox] = {}
+        # messages other threads handed to the loop, taken in one callback per
+        # burst (a broadcast hands one per branch; pipelined calls one each)
+        self._handed: collections.deque[tuple[Outbox, Frames]] = collections.deque()
+        self._handed_lock = threading.Lock()
+        self._handed_due = False  # a _take_handed is scheduled
         # peers whose handshake failed (address -> why): a wrong secret, not a slow start
         self.refused: dict[str, str] = {}
         self.ports: dict[int, PortEntry] = {}
@@ -274,6 +279,28 @@ class Runtime:
             fn(*args)
         else:
             self.loop.call_soon_threadsafe(fn, *args)
+
+    def hand_to_loop(self, outbox: Outbox, frames: Frames) -> None:
+        """Queue ``frames`` for ``outbox`` from another thread: the loop takes
+        what was handed in order, many messages per wake-up."""
+        with self._handed_lock:
+            self._handed.append((outbox, frames))
+            if self._handed_due:
+                return
+            self._handed_due = True
+        try:
+            self.loop.call_soon_threadsafe(self._take_handed)
+        except BaseException:  # the loop is closed: the next message tries again
+            with self._handed_lock:
+                self._handed_due = False
+            raise
+
+    def _take_handed(self) -> None:
+        with self._handed_lock:
+            handed, self._handed = self._handed, collections.deque()
+            self._handed_due = False
+        for outbox, frames in handed:
+            outbox._arrived(frames)
 
     def run_sync(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
         """Run ``fn(*args)`` on the control loop and wait for its result."""

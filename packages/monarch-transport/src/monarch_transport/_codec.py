@@ -155,6 +155,11 @@ def encode(
         raise ValueError(f"inline_threshold must be >= 0 bytes, got {inline_threshold}")
     state = _state
     frames: list[bytes | memoryview] = [_encode_header(header, state.packer)]
+    if _plain(payload):  # nothing for the picklers' hooks to do: the C pickler alone
+        frames.append(_dumps(payload, _PROTOCOL))
+        if max_size is not None:
+            _check_size(frames, max_size)
+        return frames
     if _tensor_type is None and "torch" in sys.modules:
         _tensor_type = getattr(sys.modules["torch"], "Tensor", None)
     tensor_type = _tensor_type
@@ -189,6 +194,35 @@ def encode(
             release_unsent([reduced for _, reduced in cuda_reduced.values()])
         raise
     return frames
+
+
+_SCALARS: Final = frozenset({type(None), bool, int, float, str})
+_dumps = pickle.dumps
+
+
+def _plain(payload: object) -> bool:
+    """Whether ``payload`` is a scalar, or a call's ``(args, kwargs)`` of a few
+    scalars: the most common messages (replies of None or a number, calls
+    with an index or a name), which every pickler writes the same."""
+    kind = type(payload)
+    if kind in _SCALARS:
+        return True
+    if kind is not tuple:
+        return False
+    pair: tuple[Any, ...] = payload  # type: ignore[assignment]
+    if len(pair) != 2:
+        return False
+    args, kwargs = pair
+    if type(args) is not tuple or type(kwargs) is not dict or len(args) + len(kwargs) > 8:
+        return False
+    scalars = _SCALARS
+    for arg in args:
+        if type(arg) not in scalars:
+            return False
+    for key, value in kwargs.items():
+        if type(key) not in scalars or type(value) not in scalars:
+            return False
+    return True
 
 
 def encode_header(header: Mapping[str, Any]) -> bytes:

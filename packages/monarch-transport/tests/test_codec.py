@@ -33,10 +33,12 @@ from monarch_transport import _codec
 from monarch_transport._codec import (
     CODEC_VERSION,
     DEFAULT_INLINE_THRESHOLD,
+    SharedHeader,
     decode,
     decode_header,
     decode_payload,
     encode,
+    encode_header,
     frames_size,
 )
 from monarch_transport._errors import DecodeError, EncodeError, MessageTooLarge
@@ -834,3 +836,55 @@ def test_decode_payload_refuses_what_is_not_a_message() -> None:
     for frames in ([], [b"\x01"], 5):
         with pytest.raises(DecodeError):
             decode_payload(frames)  # type: ignore[arg-type]
+
+
+# -- the fast paths of small messages --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "plain"),
+    [
+        (None, True),
+        (7, True),
+        ("name", True),
+        (((), {}), True),
+        (((1, "a", 2.5, None, True), {"k": "v"}), True),
+        (((1,) * 9, {}), False),  # more than a few arguments
+        (((b"bytes",), {}), False),  # bytes may go out of band
+        ((([1],), {}), False),  # a container: the picklers look inside
+        (((), {1: 2}), True),
+        (((), {object(): 2}), False),  # a key of a class the receiver may not know
+        ((1, 2), False),  # a pair that is not (args, kwargs)
+        (True, True),
+    ],
+)
+def test_which_payloads_skip_the_picklers(payload: object, plain: bool) -> None:
+    assert _codec._plain(payload) is plain
+    assert decode(encode(payload))[1] == payload or not plain
+
+
+def test_a_call_with_a_lambda_argument_still_travels_by_value() -> None:
+    frames = encode(((lambda x: x + 1,), {}))
+    (fn,), _ = decode(frames)[1]
+    assert fn(1) == 2
+
+
+def test_plain_payloads_keep_the_size_limit() -> None:
+    with pytest.raises(MessageTooLarge):
+        encode("x" * 1000, max_size=100)
+
+
+def test_a_shared_header_frames_what_the_merged_header_would() -> None:
+    shared = SharedHeader({"op": "call", "a": "actor-1", "s": [["gpus"], 0, [8], [1]]})
+    for branch in range(3):
+        extra = {"b": [branch, branch + 1], "d": [f"ipc:///p{branch}"], "sq": [branch]}
+        merged = {"op": "call", "a": "actor-1", "s": [["gpus"], 0, [8], [1]], **extra}
+        assert shared.frame(extra) == encode_header(merged)
+    assert SharedHeader({}).frame({"x": 1}) == encode_header({"x": 1})
+    big = {f"k{i}": i for i in range(40)}  # past msgpack's small map: a longer length
+    assert SharedHeader(big).frame({"z": 0}) == encode_header({**big, "z": 0})
+
+
+def test_a_shared_header_names_what_msgpack_cannot_encode() -> None:
+    with pytest.raises(EncodeError, match="'bad'"):
+        SharedHeader({"ok": 1}).frame({"bad": object()})

@@ -57,3 +57,34 @@ def test_messages_split_across_reads_are_whole():
     for i in range(0, len(stream), 777):  # partial reads; messages span several
         feed(framer, stream[i : i + 777])
     assert got == [small, medium] * 5
+
+
+def test_a_whole_header_and_pickle_message_is_cut_from_one_copy():
+    got: list[list[memoryview]] = []
+    framer = _Framer(MAX, lambda kind, frames: got.append(frames))
+    header, pickle = b"h" * 30, b"p" * 70
+    feed(framer, prefix(Kind.DATA, [header, pickle], MAX) + header + pickle)
+    (frames,) = got
+    assert [bytes(f) for f in frames] == [header, pickle]
+    assert frames[0].obj is frames[1].obj  # one copy, two views of it
+    assert frames[0].obj is not framer._buf  # not the staging buffer the next read reuses
+    frames[1][0] = ord("q")  # writable, as every received frame is
+    feed(framer, wire(b"next"))
+    assert bytes(frames[0]) == header and bytes(frames[1]) == b"q" + pickle[1:]
+
+
+def test_out_of_band_frames_get_memory_of_their_own():
+    got: list[list[memoryview]] = []
+    framer = _Framer(MAX, lambda kind, frames: got.append(frames))
+    parts = [b"h" * 10, b"p" * 10, b"b" * 64]
+    feed(framer, prefix(Kind.DATA, parts, MAX) + b"".join(parts))
+    (frames,) = got
+    assert [bytes(f) for f in frames] == parts
+    assert len({id(f.obj) for f in frames}) == 3
+
+
+def test_a_message_of_no_frames_has_none():
+    got: list[list[memoryview]] = []
+    framer = _Framer(MAX, lambda kind, frames: got.append(frames))
+    feed(framer, prefix(Kind.DATA, [], MAX) + wire(b"after"))
+    assert [[bytes(f) for f in frames] for frames in got] == [[], [b"after"]]

@@ -22,7 +22,7 @@ from . import _inproc, _nng, _socket  # noqa: F401
 from ._address import Address, ChannelTransport
 from ._auth import SECRET_ENV, job_secret
 from ._bindspec import BindSpec
-from ._codec import decode, decode_header, decode_payload, encode, encode_header
+from ._codec import SharedHeader, decode, decode_header, decode_payload, encode, encode_header
 from ._errors import (
     AddressError,
     AuthenticationError,
@@ -89,6 +89,7 @@ __all__ = [
     "enable_transport",
     "encode",
     "encode_header",
+    "SharedHeader",
     "integrity_mode",
     "integrity_required",
     "job_secret",

@@ -247,6 +247,56 @@ def encode_header(header: Mapping[str, Any]) -> bytes:
     return _encode_header(header, _state.packer)
 
 
+class SharedHeader:
+    """The entries many headers share, packed once: the branches of one
+    multicast differ in a few entries only. ``frame(extra)`` is the header
+    frame of the shared entries and ``extra``'s, as ``encode_header`` of the
+    two merged would make it, without packing the shared ones again.
+
+    Args:
+        header: the shared entries (msgpack values only).
+
+    Raises:
+        EncodeError: as ``encode_header``.
+
+    Examples:
+        >>> shared = SharedHeader({"to": "actor"})
+        >>> decode_header([shared.frame({"hop": 1})])
+        {'to': 'actor', 'hop': 1}
+    """
+
+    __slots__ = ("_body", "_header")
+
+    def __init__(self, header: Mapping[str, Any]) -> None:
+        packer = _state.packer
+        self._header = header
+        packed = _encode_header(header, packer)
+        # the entries alone: past the version byte and the map's length
+        self._body = packed[1 + len(packer.pack_map_header(len(header))) :] if header else b""
+
+    def frame(self, extra: Mapping[str, Any]) -> bytes:
+        """The header frame of the shared entries and ``extra``'s (keys that
+        are not among the shared ones).
+
+        Raises:
+            EncodeError: ``extra`` holds a value msgpack cannot encode.
+        """
+        packer = _state.packer
+        parts = [
+            _VERSION_PREFIX,
+            packer.pack_map_header(len(self._header) + len(extra)),
+            self._body,
+        ]
+        try:
+            for key, value in extra.items():
+                parts.append(packer.pack(key))
+                parts.append(packer.pack(value))
+        except Exception:  # the error encode_header gives, naming the culprit
+            _encode_header({**self._header, **extra}, packer)
+            raise
+        return b"".join(parts)
+
+
 def decode_header(frames: Sequence[bytes | bytearray | memoryview]) -> dict[str, Any]:
     """The header of a message, read from ``frames[0]`` alone: nothing is unpickled.
 

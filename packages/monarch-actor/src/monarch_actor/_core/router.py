@@ -33,6 +33,7 @@ from monarch_transport import (
     PeerLeft,
     Received,
     Sender,
+    SharedHeader,
     TransportError,
     connect,
     decode_header,
@@ -55,6 +56,9 @@ S = TypeVar("S")
 # A thread sending again this soon after its last write is in a burst
 # (pipelined calls): the loop then gathers the burst into few writes.
 BURST_GAP = 50e-6  # seconds
+_PER_BRANCH = frozenset(
+    {Key.BRANCH, Key.DESTS, Key.SEQS}
+)  # what each branch's header has of its own
 EXIT_REPORT_GRACE = 1.0  # seconds a lost connection waits for its process's exit status
 
 
@@ -388,11 +392,7 @@ class Runtime:
         header[Key.SHAPE] = [shape.labels, s.offset, s.sizes, s.strides]
         header[Key.ORIGIN] = self.origin
         seqs = self.numbering.take(addresses, header[Key.ACTOR])
-        children = self._children(0, addresses)
-        alone = len(children) == 1  # the caller's header is this branch's: no copy
-        for branch in children:
-            lo, hi = branch.first, branch.stop
-            self._send_branch(header, frames, branch, addresses[lo:hi], seqs[lo:hi], batch, alone)
+        self._send_branches(header, frames, self._children(0, addresses), 0, addresses, seqs, batch)
 
     def _children(self, start: int, addresses: Sequence[str]) -> list[Branch]:
         """Where a message for ``addresses`` (positions ``start`` on) goes
@@ -423,28 +423,51 @@ class Runtime:
         self._host_keys[key] = found
         return found
 
-    def _send_branch(
+    def _send_branches(
         self,
         header: dict[str, Any],
         frames: Frames,
-        branch: Branch,
+        children: list[Branch],
+        first: int,
         addresses: Sequence[str],
         seqs: Sequence[int],
         batch: bool = False,
-        in_place: bool = False,
+        received: bool = False,
     ) -> None:
-        sub = header if in_place else dict(header)
-        sub[Key.BRANCH] = [branch.first, branch.stop]
-        sub[Key.DESTS] = list(addresses)
-        sub[Key.SEQS] = list(seqs)
-        self.send_frames(addresses[0], [encode_header(sub), *frames[1:]], batch)
+        """Send the message down each of ``children``; ``addresses`` and
+        ``seqs`` are those of positions ``first`` on. A ``received`` header
+        (being forwarded) is left as it is; the root's own is this branch's
+        header when there is one branch."""
+        payload = frames[1:]
+        if len(children) == 1 and not received:
+            branch = children[0]
+            lo, hi = branch.first - first, branch.stop - first
+            header[Key.BRANCH] = [branch.first, branch.stop]
+            header[Key.DESTS] = list(addresses[lo:hi])
+            header[Key.SEQS] = list(seqs[lo:hi])
+            self.send_frames(addresses[lo], [encode_header(header), *payload], batch)
+            return
+        # the entries every branch shares are packed once
+        shared = SharedHeader(
+            {k: v for k, v in header.items() if k not in _PER_BRANCH} if received else header
+        )
+        for branch in children:
+            lo, hi = branch.first - first, branch.stop - first
+            head = shared.frame(
+                {
+                    Key.BRANCH: [branch.first, branch.stop],
+                    Key.DESTS: list(addresses[lo:hi]),
+                    Key.SEQS: list(seqs[lo:hi]),
+                }
+            )
+            self.send_frames(addresses[lo], [head, *payload], batch)
 
     def _forward(self, header: dict[str, Any], frames: Frames) -> None:
         first = header[Key.BRANCH][0]
         addresses, seqs = header[Key.DESTS], header[Key.SEQS]
-        for child in self._children(first + 1, addresses[1:]):
-            lo, hi = child.first - first, child.stop - first
-            self._send_branch(header, frames, child, addresses[lo:hi], seqs[lo:hi])
+        children = self._children(first + 1, addresses[1:])
+        if children:
+            self._send_branches(header, frames, children, first, addresses, seqs, received=True)
 
     # -- ports -------------------------------------------------------------------------
 

@@ -237,14 +237,22 @@ class _Connection(asyncio.BufferedProtocol):
     message) and ``on_lost`` (once, with the reason, when it ends)."""
 
     def __init__(self, max_size: int) -> None:
-        self.framer = _Framer(max_size, lambda kind, frames: self.on_message(kind, frames))
+        self.framer = _Framer(max_size, _ignore)
         self.transport: asyncio.Transport | None = None
         self.paused = False
         self.drained: collections.deque[asyncio.Future[None]] = collections.deque()
-        self.on_message: Callable[[int, list[memoryview]], None] = _ignore
         self.on_lost: Callable[[str], None] = _ignore
         self.reason: str | None = None
         self.refuse: str | None = None  # close at once on arrival, for this reason
+
+    @property
+    def on_message(self) -> Callable[[int, list[memoryview]], None]:
+        """What gets each whole message: ``on_message(kind, frames)``."""
+        return self.framer._on_message
+
+    @on_message.setter
+    def on_message(self, handler: Callable[[int, list[memoryview]], None]) -> None:
+        self.framer._on_message = handler  # called by the framer itself: no hop between
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass

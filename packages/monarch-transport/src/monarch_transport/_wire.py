@@ -58,7 +58,13 @@ def prefix(
         )
     if len(frames) > MAX_FRAMES:
         raise MessageTooLarge(f"message has {len(frames)} frames; at most {MAX_FRAMES} allowed")
-    return HEAD.pack(kind, len(frames)) + struct.pack(f"<{len(frames)}Q", *lengths)
+    count = len(frames)
+    table = _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
+    return HEAD.pack(kind, count) + table.pack(*lengths)
+
+
+# the frame-length tables of the messages most sent (a header, a pickle, a few buffers)
+_TABLES: Final = [struct.Struct(f"<{count}Q") for count in range(8)]
 
 
 def sizes(frames: Sequence[Buffer]) -> list[int]:
@@ -77,7 +83,8 @@ def read_lengths(kind: int, count: int, lengths_bytes: Buffer, max_size: int) ->
         raise DecodeError(f"unknown message kind {kind}")
     if count > MAX_FRAMES + 1:  # + 1: a sealed message's tag
         raise DecodeError(f"message announces {count} frames; at most {MAX_FRAMES} allowed")
-    lengths = list(struct.unpack(f"<{count}Q", lengths_bytes))
+    table = _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
+    lengths = list(table.unpack(lengths_bytes))
     total = sum(lengths)
     if total > max_size:
         raise MessageTooLarge(f"peer announced a {total:,}-byte message; the limit is {max_size:,}")

@@ -76,10 +76,15 @@ class InOrder:
 
     def arrive(self, stream: Stream, n: int, header: dict[str, Any], frames: Any) -> None:
         """Message number ``n`` of ``stream`` is here."""
-        waiting = self._waiting(stream)
-        if n == waiting.expected:
+        waiting = self.streams.get(stream)
+        if waiting is None:
+            waiting = self.streams[stream] = _Waiting()
+        if n == waiting.expected:  # the common case, with no call it can do without
             waiting.expected += 1
-            self._hand(header, frames)
+            try:
+                self.deliver(header, frames)
+            except Exception:  # one bad message must not hold up the ones after it
+                log.exception("could not handle a message for actor %s", header.get("n", "?"))
             if waiting.held:
                 self._release(stream, waiting)
         elif n > waiting.expected:

@@ -117,18 +117,18 @@ class Outbox:
             self.in_transit += 1
         self.runtime.hand_to_loop(self, frames)
 
-    def _arrived(self, frames: Frames) -> None:
+    def put(self, frames: Frames, handed: bool = False) -> None:
+        """Queue ``frames`` to go at the end of this turn of the loop (on the
+        loop; ``handed``: another thread handed them over, see ``from_thread``)."""
         with self.lock:
-            self.in_transit -= 1
-        self.put(frames)
-
-    def put(self, frames: Frames) -> None:
-        if self.failure is not None:
-            self.runtime.undeliverable(frames, self.address, self.failure)
-            return
-        with self.lock:
-            self.queue.append(frames)
-        if not self.draining and not self.flushing:
+            if handed:
+                self.in_transit -= 1
+            failure = self.failure
+            if failure is None:
+                self.queue.append(frames)
+        if failure is not None:
+            self.runtime.undeliverable(frames, self.address, failure)
+        elif not self.draining and not self.flushing:
             self.flushing = True
             self.runtime.loop.call_soon(self._flush)
 
@@ -304,7 +304,7 @@ class Runtime:
             handed, self._handed = self._handed, collections.deque()
             self._handed_due = False
         for outbox, frames in handed:
-            outbox._arrived(frames)
+            outbox.put(frames, handed=True)
 
     def run_sync(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
         """Run ``fn(*args)`` on the control loop and wait for its result."""

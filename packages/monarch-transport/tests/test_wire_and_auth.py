@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from monarch_transport import AuthenticationError, DecodeError, MessageTooLarge
 from monarch_transport._auth import ClientHandshake, ServerHandshake, job_secret
-from monarch_transport._wire import Kind, join, split
+from monarch_transport._wire import Kind, join, small_message, split
 
 frames = st.lists(st.binary(max_size=300), max_size=8)
 
@@ -17,6 +17,20 @@ def test_join_split_round_trip(kind, parts):
     got_kind, got = split(join(kind, parts, 1 << 20), 1 << 20)
     assert got_kind == kind
     assert [bytes(f) for f in got] == parts
+
+
+@given(frames, st.integers(min_value=0, max_value=3000))
+def test_a_small_message_is_the_joined_one_or_none(parts, limit):
+    views = [memoryview(bytearray(p)) if i % 2 else p for i, p in enumerate(parts)]
+    whole = join(Kind.DATA, parts, 1 << 20)
+    assert small_message(Kind.DATA, views, 1 << 20, limit) == (
+        whole if len(whole) <= limit else None
+    )
+
+
+def test_a_small_message_over_the_maximum_is_refused():
+    with pytest.raises(MessageTooLarge, match="100 bytes exceeds the maximum of 99"):
+        small_message(Kind.DATA, [b"x" * 60, b"y" * 40], 99, 1 << 16)
 
 
 @given(st.binary(max_size=200))

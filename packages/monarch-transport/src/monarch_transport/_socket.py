@@ -38,7 +38,16 @@ from ._loop import wake
 from ._ratelog import PeerLog, peer_host
 from ._registry import register_backend
 from ._settings import Settings
-from ._wire import HANDSHAKE_MAX, HEAD, MAX_FRAMES, Kind, prefix, read_lengths, sizes
+from ._wire import (
+    HANDSHAKE_MAX,
+    HEAD,
+    MAX_FRAMES,
+    Kind,
+    prefix,
+    read_lengths,
+    sizes,
+    small_message,
+)
 
 __all__ = ["SocketTransport"]
 
@@ -525,6 +534,9 @@ class SocketSender(Sender):
     def _small(self, frames: Sequence[Buffer]) -> list[Buffer] | None:
         """The message as one write (sealed, taking its number), or None
         when it is large: it then goes out in chunks, from ``send``."""
+        if self._sealer is None:
+            data = small_message(Kind.DATA, frames, self._settings.max_message_size, SMALL)
+            return None if data is None else [data]
         return _encode(
             Kind.DATA, frames, self._settings.max_message_size, self._sealer, small_only=True
         )

@@ -52,15 +52,34 @@ def prefix(
         lengths = sizes(frames)
     total = sum(lengths)
     if total > max_size:
-        raise MessageTooLarge(
-            f"message of {total:,} bytes exceeds the maximum of {max_size:,} bytes; raise it with "
-            "MONARCH_MAX_MESSAGE_SIZE (or max_message_size=) on both sides, or send less at once"
-        )
+        raise _too_large(total, max_size)
     if len(frames) > MAX_FRAMES:
         raise MessageTooLarge(f"message has {len(frames)} frames; at most {MAX_FRAMES} allowed")
     count = len(frames)
     table = _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
     return HEAD.pack(kind, count) + table.pack(*lengths)
+
+
+def small_message(kind: int, frames: Sequence[Buffer], max_size: int, limit: int) -> bytes | None:
+    """The whole message, prefix and frames, as one bytes object to write
+    at once; None when that would be over ``limit`` bytes (``prefix``'s
+    work and ``join``'s in one step, for the many small messages)."""
+    lengths = [len(f) if type(f) is bytes else memoryview(f).nbytes for f in frames]
+    count = len(lengths)
+    total = sum(lengths)
+    if HEAD.size + 8 * count + total > limit:
+        return None
+    if total > max_size:
+        raise _too_large(total, max_size)
+    table = _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
+    return b"".join([HEAD.pack(kind, count), table.pack(*lengths), *frames])
+
+
+def _too_large(total: int, max_size: int) -> MessageTooLarge:
+    return MessageTooLarge(
+        f"message of {total:,} bytes exceeds the maximum of {max_size:,} bytes; raise it with "
+        "MONARCH_MAX_MESSAGE_SIZE (or max_message_size=) on both sides, or send less at once"
+    )
 
 
 # the frame-length tables of the messages most sent (a header, a pickle, a few buffers)

@@ -221,9 +221,8 @@ class ActorEndpoint(Generic[P, R]):
         self, mode: str, shape: Shape, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
         frames = self._message(args, kwargs, shape)
-        gather = Gather(
-            get_runtime(), len(shape), mode, _value_mesh_over(shape), self._describe(shape)
-        )
+        finish = list if mode == "one" else _value_mesh_over(shape)  # one reply needs no mesh
+        gather = Gather(get_runtime(), len(shape), mode, finish, self._describe(shape))
         self._cast(shape, frames, gather)
         return Future._of(gather.result)
 

@@ -38,7 +38,6 @@ from monarch_transport._codec import (
     decode_header,
     decode_payload,
     encode,
-    encode_header,
     frames_size,
 )
 from monarch_transport._errors import DecodeError, EncodeError, MessageTooLarge
@@ -874,15 +873,52 @@ def test_plain_payloads_keep_the_size_limit() -> None:
         encode("x" * 1000, max_size=100)
 
 
-def test_a_shared_header_frames_what_the_merged_header_would() -> None:
+def test_a_shared_header_reads_as_the_merged_header() -> None:
     shared = SharedHeader({"op": "call", "a": "actor-1", "s": [["gpus"], 0, [8], [1]]})
     for branch in range(3):
         extra = {"b": [branch, branch + 1], "d": [f"ipc:///p{branch}"], "sq": [branch]}
         merged = {"op": "call", "a": "actor-1", "s": [["gpus"], 0, [8], [1]], **extra}
-        assert shared.frame(extra) == encode_header(merged)
-    assert SharedHeader({}).frame({"x": 1}) == encode_header({"x": 1})
-    big = {f"k{i}": i for i in range(40)}  # past msgpack's small map: a longer length
-    assert SharedHeader(big).frame({"z": 0}) == encode_header({**big, "z": 0})
+        frames = [shared.frame(extra), b"payload"]
+        assert decode_header(frames) == merged
+        assert decode_header([memoryview(bytearray(frames[0]))]) == merged
+    assert decode_header([SharedHeader({}).frame({"x": 1})]) == {"x": 1}
+    big = {f"k{i}": i for i in range(40)}
+    assert decode_header([SharedHeader(big).frame({"z": 0})]) == {**big, "z": 0}
+
+
+def test_each_read_of_a_shared_header_is_a_dict_of_its_own() -> None:
+    shared = SharedHeader({"a": "x"})
+    first = decode_header([shared.frame({"n": 1})])
+    first["a"] = "changed"
+    assert decode_header([shared.frame({"n": 2})]) == {"a": "x", "n": 2}
+
+
+def test_the_shared_parts_a_receiver_keeps_are_bounded() -> None:
+    _codec._shared_seen.clear()
+    for i in range(_codec._SHARED_KEPT + 10):
+        decode_header([SharedHeader({"i": i}).frame({})])
+    assert 0 < len(_codec._shared_seen) <= _codec._SHARED_KEPT
+    _codec._shared_seen.clear()
+    huge = {"blob": "x" * (2 * _codec._SHARED_MOST)}
+    assert decode_header([SharedHeader(huge).frame({"n": 1})]) == {**huge, "n": 1}
+    assert not _codec._shared_seen  # read, not kept
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        bytes([CODEC_VERSION | 0x80]),  # no length
+        bytes([CODEC_VERSION | 0x80]) + (50).to_bytes(4, "little") + b"\x81",  # cut short
+        bytes([CODEC_VERSION | 0x80]) + (1).to_bytes(4, "little") + b"\x01" + b"\x80",  # not a map
+        bytes([CODEC_VERSION | 0x80])
+        + (1).to_bytes(4, "little")
+        + b"\x80"
+        + b"\xc1",  # bad msgpack
+    ],
+)
+def test_a_broken_two_part_header_is_a_decode_error(frame: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_header([frame])
 
 
 def test_a_shared_header_names_what_msgpack_cannot_encode() -> None:

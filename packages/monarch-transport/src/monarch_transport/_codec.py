@@ -4,7 +4,9 @@ A message is a list of frames (buffers), so that big binary values travel
 without first being copied into one contiguous blob:
 
 * ``frames[0]``: one codec version byte, then the header as msgpack. Routers
-  read it with :func:`decode_header` without unpickling anything.
+  read it with :func:`decode_header` without unpickling anything. A header
+  made by :class:`SharedHeader` comes in two parts instead: the part many
+  messages share, packed once, and the message's own entries.
 * ``frames[1]``: the payload's pickle stream: protocol 5, written by
   cloudpickle's pickler, so that classes and functions defined in ``__main__``,
   lambdas and closures travel by value.
@@ -249,9 +251,11 @@ def encode_header(header: Mapping[str, Any]) -> bytes:
 
 class SharedHeader:
     """The entries many headers share, packed once: the branches of one
-    multicast differ in a few entries only. ``frame(extra)`` is the header
-    frame of the shared entries and ``extra``'s, as ``encode_header`` of the
-    two merged would make it, without packing the shared ones again.
+    multicast differ in a few entries only. ``frame(extra)`` is a header
+    frame of the shared entries and ``extra``'s that ``decode_header`` reads
+    as their merge. It carries the shared part as it was packed, and a
+    receiver unpacks a shared part it has seen before only once: every
+    process of a broadcast gets the same one, message after message.
 
     Args:
         header: the shared entries (msgpack values only).
@@ -265,14 +269,13 @@ class SharedHeader:
         {'to': 'actor', 'hop': 1}
     """
 
-    __slots__ = ("_body", "_header")
+    __slots__ = ("_head", "_header")
 
     def __init__(self, header: Mapping[str, Any]) -> None:
         packer = _state.packer
         self._header = header
-        packed = _encode_header(header, packer)
-        # the entries alone: past the version byte and the map's length
-        self._body = packed[1 + len(packer.pack_map_header(len(header))) :] if header else b""
+        packed = _encode_header(header, packer)[1:] if header else packer.pack({})
+        self._head = _SHARED_PREFIX + len(packed).to_bytes(4, "little") + packed
 
     def frame(self, extra: Mapping[str, Any]) -> bytes:
         """The header frame of the shared entries and ``extra``'s (keys that
@@ -281,20 +284,46 @@ class SharedHeader:
         Raises:
             EncodeError: ``extra`` holds a value msgpack cannot encode.
         """
-        packer = _state.packer
-        parts = [
-            _VERSION_PREFIX,
-            packer.pack_map_header(len(self._header) + len(extra)),
-            self._body,
-        ]
         try:
-            for key, value in extra.items():
-                parts.append(packer.pack(key))
-                parts.append(packer.pack(value))
+            own: bytes = _state.packer.pack(dict(extra))
         except Exception:  # the error encode_header gives, naming the culprit
-            _encode_header({**self._header, **extra}, packer)
+            _encode_header({**self._header, **extra}, _state.packer)
             raise
-        return b"".join(parts)
+        return self._head + own
+
+
+# A header frame in two parts: this byte, the shared part's length (4 bytes,
+# little-endian), the shared part, then the message's own entries.
+_SHARED_PREFIX: Final = bytes([CODEC_VERSION | 0x80])
+_SHARED_KEPT: Final = 4096  # shared parts a receiver keeps unpacked, each ...
+_SHARED_MOST: Final = 4096  # ... of at most this many bytes
+_shared_seen: dict[bytes, dict[str, Any]] = {}
+
+
+def _decode_shared(data: bytes | memoryview) -> dict[str, Any]:
+    """The header of a frame ``SharedHeader`` made (``data`` after the first byte)."""
+    size = int.from_bytes(data[:4], "little")
+    if len(data) < 4 + size:
+        raise DecodeError(f"the header's shared part of {size} bytes is cut short")
+    shared = bytes(data[4 : 4 + size])
+    try:
+        base = _shared_seen.get(shared)
+        if base is None:
+            base = _unpackb(shared, strict_map_key=False)
+            if type(base) is dict and size <= _SHARED_MOST:
+                if len(_shared_seen) >= _SHARED_KEPT:
+                    _shared_seen.clear()
+                _shared_seen[shared] = base
+        own = _unpackb(data[4 + size :], strict_map_key=False)
+    except Exception as error:
+        raise DecodeError(
+            f"the header frame does not hold valid msgpack ({_describe(error)})"
+        ) from error
+    if type(base) is not dict or type(own) is not dict:
+        raise DecodeError("the header's parts must be msgpack maps")
+    # a new dict each time; values are shared with the kept base, and no
+    # reader changes a received header's values in place
+    return {**base, **own}
 
 
 def decode_header(frames: Sequence[bytes | bytearray | memoryview]) -> dict[str, Any]:
@@ -333,6 +362,8 @@ def decode_header(frames: Sequence[bytes | bytearray | memoryview]) -> dict[str,
         raise DecodeError(
             f"the header frame must be a contiguous bytes-like object, got {type(frame).__name__}"
         ) from error
+    if version == _SHARED_PREFIX[0]:
+        return _decode_shared(data[1:])
     if version != CODEC_VERSION:
         raise DecodeError(
             f"unsupported codec version {version}; this side speaks {CODEC_VERSION} "

@@ -146,30 +146,35 @@ class _Framer:
     def _parse(self) -> None:
         while not self._stopped:
             if self._head is None:
-                if (
-                    self._kinds is not None
-                    and self._end > self._start
-                    and self._buf[self._start] not in self._kinds
-                ):
-                    raise DecodeError(f"unexpected message kind {self._buf[self._start]}")
-                if not self._available(HEAD.size):
+                buf, start = self._buf, self._start
+                have = self._end - start
+                if self._kinds is not None and have and buf[start] not in self._kinds:
+                    raise DecodeError(f"unexpected message kind {buf[start]}")
+                if have < HEAD.size:
+                    self._available(HEAD.size)
                     return
-                kind, count = HEAD.unpack_from(self._buf, self._start)
+                kind, count = HEAD.unpack_from(buf, start)
                 if count > self._max_frames:
                     raise DecodeError(f"message announces {count} frames")
                 table = HEAD.size + 8 * count
-                if not self._available(table):
+                if have < table:
+                    self._available(table)
                     return
-                start = self._start + HEAD.size
-                lengths = read_lengths(
-                    kind, count, self._buf[start : self._start + table], self._max
-                )
-                self._start += table
-                if count <= 2 and self._end - self._start >= sum(lengths):
+                lengths = read_lengths(kind, count, buf, self._max, start + HEAD.size)
+                start += table
+                size = sum(lengths)
+                if count <= 2 and self._end - start >= size:
                     # a whole message of a header and a pickle (no out-of-band
                     # buffer, which wants memory of its own): one copy, cut in views
-                    self._on_message(kind, self._cut(lengths))
+                    self._start = start + size
+                    body = memoryview(buf[start : start + size])
+                    if count == 2:
+                        first = lengths[0]
+                        self._on_message(kind, [body[:first], body[first:]])
+                    else:
+                        self._on_message(kind, [body] if count else [])
                     continue
+                self._start = start
                 self._head = (kind, lengths, [])
             kind, lengths, frames = self._head
             while len(frames) < len(lengths):
@@ -190,16 +195,6 @@ class _Framer:
                     return
             self._head = None
             self._on_message(kind, frames)
-
-    def _cut(self, lengths: list[int]) -> list[memoryview]:
-        """The frames of ``lengths``, all in the buffer, copied out at once."""
-        start = self._start
-        self._start = end = start + sum(lengths)
-        body = memoryview(self._buf[start:end])
-        if len(lengths) < 2:
-            return [body] if lengths else []
-        first = lengths[0]
-        return [body[:first], body[first:]]
 
 
 _TAG_SPACE = bytes(TAG)  # where a tag will be, for a head written before it is known

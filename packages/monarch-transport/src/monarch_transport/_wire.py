@@ -96,14 +96,17 @@ def join(kind: int, frames: Sequence[Buffer], max_size: int) -> bytes:
     return b"".join([prefix(kind, frames, max_size), *frames])
 
 
-def read_lengths(kind: int, count: int, lengths_bytes: Buffer, max_size: int) -> list[int]:
-    """Validate a message's head; the frame lengths it announces."""
+def read_lengths(
+    kind: int, count: int, lengths_bytes: Buffer, max_size: int, offset: int = 0
+) -> list[int]:
+    """Validate a message's head; the frame lengths it announces (read from
+    ``lengths_bytes`` at ``offset``)."""
     if kind not in Kind.ALL:
         raise DecodeError(f"unknown message kind {kind}")
     if count > MAX_FRAMES + 1:  # + 1: a sealed message's tag
         raise DecodeError(f"message announces {count} frames; at most {MAX_FRAMES} allowed")
     table = _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
-    lengths = list(table.unpack(lengths_bytes))
+    lengths = list(table.unpack_from(lengths_bytes, offset))
     total = sum(lengths)
     if total > max_size:
         raise MessageTooLarge(f"peer announced a {total:,}-byte message; the limit is {max_size:,}")

@@ -253,6 +253,8 @@ class Runtime:
         """Messages of ``kind`` go to ``handler(header, frames)``, on the loop.
         ``Kind.CALL`` messages are forwarded down their tree first."""
         self.handlers[kind] = handler
+        if kind == Kind.CALL:
+            self.in_order.deliver = handler  # in order, then straight to it
 
     def provide(self, service: S) -> S:
         """Keep ``service`` as this process's one instance of its class."""

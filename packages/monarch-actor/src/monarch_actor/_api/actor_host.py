@@ -47,6 +47,8 @@ __all__ = ["ActorHost", "message_point", "setup_failure"]
 
 log = logging.getLogger("monarch.actor")
 _STOP = object()
+# read once: a member of a StrEnum costs an attribute lookup on its class
+_SPAWN_OP, _STOP_OP = Op.SPAWN, Op.STOP
 
 
 def message_point(header: dict[str, Any]) -> Point:
@@ -113,7 +115,7 @@ class ActorHost:
 
     def post(self, header: dict[str, Any], frames: Frames) -> None:
         """Queue one message (from the control loop)."""
-        if header.get(Key.OP) == Op.STOP:
+        if header.get(Key.OP) == _STOP_OP:
             why = header.get(Key.WHY) or "stopped by client"
             self.runtime.loop.call_later(stop_actor_timeout(), self._stop_overdue, header, why)
         if self.is_async:
@@ -165,9 +167,9 @@ class ActorHost:
 
     def _step(self, header: dict[str, Any], frames: Frames) -> Any:
         op = header[Key.OP]
-        if op == Op.SPAWN:
+        if op == _SPAWN_OP:
             return self._construct(header, frames)
-        if op == Op.STOP:
+        if op == _STOP_OP:
             return self._stop(header, header.get(Key.WHY) or "stopped by client")
         if self.failure is not None or self.stopped is not None:
             why = self.failure or self.stopped

@@ -56,6 +56,8 @@ S = TypeVar("S")
 # A thread sending again this soon after its last write is in a burst
 # (pipelined calls): the loop then gathers the burst into few writes.
 BURST_GAP = 50e-6  # seconds
+# read once: a member of a StrEnum costs an attribute lookup on its class
+_CALL, _SKIP = Kind.CALL, Kind.SKIP
 _PER_BRANCH = frozenset(
     {Key.BRANCH, Key.DESTS, Key.SEQS}
 )  # what each branch's header has of its own
@@ -598,14 +600,14 @@ class Runtime:
     def dispatch(self, frames: Frames) -> None:
         header = decode_header(frames)
         kind = header[Key.KIND]
-        if kind == Kind.CALL:
+        if kind == _CALL:
             first, stop = header[Key.BRANCH]
             if stop - first > 1:
                 self._forward(header, frames)
             stream = (header[Key.ORIGIN], header[Key.DESTS][0], header[Key.ACTOR])
             self.in_order.arrive(stream, header[Key.SEQS][0], header, frames)
             return
-        if kind == Kind.SKIP:
+        if kind == _SKIP:
             stream = (header[Key.ORIGIN], header[Key.DESTS][0], header[Key.ACTOR])
             self.in_order.skip(stream, header[Key.SEQS][0])
             return

@@ -28,9 +28,9 @@ def test_each_measure_is_the_median_of_the_pairs_ratios() -> None:
 
 
 def test_a_pair_against_this_commit_runs_both_trees() -> None:
+    one_quick_pair = ["--base", "HEAD", "--pairs", "1", "--repeat", "1", "--quick"]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools/bench/ab_bench.py"), "--base", "HEAD"]
-        + ["--pairs", "1", "--repeat", "1", "--quick"],
+        [sys.executable, str(ROOT / "tools/bench/ab_bench.py"), *one_quick_pair],
         capture_output=True, text=True, timeout=400, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -278,8 +278,14 @@ class SharedHeader:
         self._head = _SHARED_PREFIX + len(packed).to_bytes(4, "little") + packed
 
     def frame(self, extra: Mapping[str, Any]) -> bytes:
-        """The header frame of the shared entries and ``extra``'s (keys that
-        are not among the shared ones).
+        """The header frame of the shared entries and ``extra``'s.
+
+        Args:
+            extra: this message's own entries (keys that are not among the
+                shared ones; msgpack values only).
+
+        Returns:
+            The header frame, for ``frames[0]`` of a message.
 
         Raises:
             EncodeError: ``extra`` holds a value msgpack cannot encode.

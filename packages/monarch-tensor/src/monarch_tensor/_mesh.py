@@ -8,6 +8,7 @@ worker on every process; the controller never waits for them.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import warnings
@@ -85,6 +86,8 @@ class DeviceMesh(MeshOps):
         self._peers = spawn_mesh(procs, "monarch_tensor_peer", TensorPeer)
         self._lock = threading.RLock()
         self._batches: dict[str, list[tuple[Any, ...]]] = {}
+        # refs freed by tensors' finalizers, not yet in a batch (see _drop)
+        self._dropped: collections.deque[tuple[str, int]] = collections.deque()
         self._timer: threading.Timer | None = None
         self._store: tuple[str, int] | None = None
         self._stores_sent: set[str] = set()
@@ -170,6 +173,7 @@ class DeviceMesh(MeshOps):
 
     def _send(self, stream: str, command: tuple[Any, ...]) -> None:
         with self._lock:
+            self._take_drops_locked()
             batch = self._batches.setdefault(stream, [])
             batch.append(command)
             if getattr(_coalescing, "depth", 0):
@@ -183,8 +187,15 @@ class DeviceMesh(MeshOps):
 
     def _drop(self, stream: str, ref: int) -> None:
         """Free ``ref`` after the commands issued so far (it leaves with the next
-        batch; a tensor's finalizer calls this, so it never sends by itself)."""
-        with self._lock:
+        batch). A tensor's finalizer calls this, on whatever thread the garbage
+        collector runs: it never sends, and takes no lock, since that thread may
+        be one that the lock's holder is waiting for (a timer thread starting)."""
+        self._dropped.append((stream, ref))
+
+    def _take_drops_locked(self) -> None:
+        """Move the refs ``_drop`` noted into their streams' batches."""
+        while self._dropped:
+            stream, ref = self._dropped.popleft()
             batch = self._batches.setdefault(stream, [])
             if batch and batch[-1][0] == "drop":
                 batch[-1][1].append(ref)
@@ -197,6 +208,7 @@ class DeviceMesh(MeshOps):
             self._flush_locked()
 
     def _flush_locked(self) -> None:
+        self._take_drops_locked()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -56,23 +56,21 @@ def prefix(
     if len(frames) > MAX_FRAMES:
         raise MessageTooLarge(f"message has {len(frames)} frames; at most {MAX_FRAMES} allowed")
     count = len(frames)
-    table = _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
-    return HEAD.pack(kind, count) + table.pack(*lengths)
+    return HEAD.pack(kind, count) + _table(count).pack(*lengths)
 
 
 def small_message(kind: int, frames: Sequence[Buffer], max_size: int, limit: int) -> bytes | None:
     """The whole message, prefix and frames, as one bytes object to write
     at once; None when that would be over ``limit`` bytes (``prefix``'s
     work and ``join``'s in one step, for the many small messages)."""
-    lengths = [len(f) if type(f) is bytes else memoryview(f).nbytes for f in frames]
+    lengths = sizes(frames)
     count = len(lengths)
     total = sum(lengths)
     if HEAD.size + 8 * count + total > limit:
         return None
     if total > max_size:
         raise _too_large(total, max_size)
-    table = _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
-    return b"".join([HEAD.pack(kind, count), table.pack(*lengths), *frames])
+    return b"".join([HEAD.pack(kind, count), _table(count).pack(*lengths), *frames])
 
 
 def _too_large(total: int, max_size: int) -> MessageTooLarge:
@@ -82,7 +80,12 @@ def _too_large(total: int, max_size: int) -> MessageTooLarge:
     )
 
 
-# the frame-length tables of the messages most sent (a header, a pickle, a few buffers)
+def _table(count: int) -> struct.Struct:
+    """The layout of ``count`` frame lengths (prepared for the messages most
+    sent: a header, a pickle, a few buffers)."""
+    return _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
+
+
 _TABLES: Final = [struct.Struct(f"<{count}Q") for count in range(8)]
 
 
@@ -105,8 +108,7 @@ def read_lengths(
         raise DecodeError(f"unknown message kind {kind}")
     if count > MAX_FRAMES + 1:  # + 1: a sealed message's tag
         raise DecodeError(f"message announces {count} frames; at most {MAX_FRAMES} allowed")
-    table = _TABLES[count] if count < len(_TABLES) else struct.Struct(f"<{count}Q")
-    lengths = list(table.unpack_from(lengths_bytes, offset))
+    lengths = list(_table(count).unpack_from(lengths_bytes, offset))
     total = sum(lengths)
     if total > max_size:
         raise MessageTooLarge(f"peer announced a {total:,}-byte message; the limit is {max_size:,}")

@@ -61,6 +61,9 @@ _CALL, _SKIP = Kind.CALL, Kind.SKIP
 _PER_BRANCH = frozenset(
     {Key.BRANCH, Key.DESTS, Key.SEQS}
 )  # what each branch's header has of its own
+# a call whose payload is at most this many bytes goes straight to each of its
+# ranks when they are few (see Runtime.cast)
+DIRECT_CALL = 1 << 16
 EXIT_REPORT_GRACE = 1.0  # seconds a lost connection waits for its process's exit status
 
 
@@ -196,6 +199,11 @@ class Outbox:
             for frames in queued:
                 self.runtime.undeliverable(frames, self.address, reason)
             self.runtime.peer_lost(self.address, reason)
+
+
+def _payload_size(frames: Frames) -> int:
+    """The bytes of a message after its header."""
+    return sum(f.nbytes if type(f) is memoryview else len(f) for f in frames[1:])
 
 
 def _host_of(address: str, own: str) -> str:
@@ -391,28 +399,44 @@ class Runtime:
         (from any thread). ``addresses[i]`` is where position ``i`` lives; the
         header says what to deliver. The sender is the tree's root: it sends
         to at most ``fanout`` subtrees, and each subtree's first rank
-        delivers locally and forwards to its own children."""
+        delivers locally and forwards to its own children.
+
+        A small call (not ``batch``) to at most ``fanout`` ranks goes
+        straight to each of them, on other hosts too: its answers are
+        waited for, and a forward costs a rank on another host's second
+        process more than the caller's extra writes. Broadcasts and large
+        arguments take the host-aware tree, which crosses each host
+        boundary once."""
         s = shape.ndslice
         header[Key.SHAPE] = [shape.labels, s.offset, s.sizes, s.strides]
         header[Key.ORIGIN] = self.origin
         seqs = self.numbering.take(addresses, header[Key.ACTOR])
-        self._send_branches(header, frames, self._children(0, addresses), 0, addresses, seqs, batch)
+        if not batch and len(addresses) <= self.fanout and _payload_size(frames) <= DIRECT_CALL:
+            children = self._plain(0, len(addresses))
+        else:
+            children = self._children(0, addresses)
+        self._send_branches(header, frames, children, 0, addresses, seqs, batch)
 
     def _children(self, start: int, addresses: Sequence[str]) -> list[Branch]:
         """Where a message for ``addresses`` (positions ``start`` on) goes
         from here: down the plain tree, except that each other host's run of
         positions is entered once (``host_children``)."""
         hosts = self._hosts_of(addresses)
-        if hosts is None:  # one host throughout: the plain tree, the same for every call
-            key = (start, len(addresses), self.fanout)
-            children = self._plain_children.get(key)
-            if children is None:
-                children = Branch(start - 1, start + len(addresses)).children(self.fanout)
-                if len(self._plain_children) > 1024:
-                    self._plain_children.clear()
-                self._plain_children[key] = children
-            return children
+        if hosts is None:  # one host throughout
+            return self._plain(start, len(addresses))
         return host_children(start, hosts, "", self.fanout)
+
+    def _plain(self, start: int, count: int) -> list[Branch]:
+        """The plain tree's children for ``count`` positions from ``start``
+        (the same for every message: kept, and shared read-only)."""
+        key = (start, count, self.fanout)
+        children = self._plain_children.get(key)
+        if children is None:
+            children = Branch(start - 1, start + count).children(self.fanout)
+            if len(self._plain_children) > 1024:
+                self._plain_children.clear()
+            self._plain_children[key] = children
+        return children
 
     def _hosts_of(self, addresses: Sequence[str]) -> list[str] | None:
         """The host of each address ("" for this one), or None if all are here."""

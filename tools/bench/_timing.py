@@ -4,6 +4,7 @@ standard library only; the workloads import it from their own folder."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -37,6 +38,25 @@ def median_time(fn: Callable[[], object], samples: int, warmup: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def _machine_busy() -> float:
+    """CPU seconds every core of this machine has spent working since boot:
+    user, nice, system, irq and softirq (not idle, iowait or steal)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    return sum(values[i] for i in (0, 1, 2, 5, 6)) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu(fn: Callable[[], object], calls: int) -> float:
+    """CPU seconds the whole machine spends per ``fn()`` (every process,
+    user and kernel: Linux's ``/proc/stat``), over ``calls`` calls back to
+    back. On a machine with ``n`` cores a call cannot take less than this
+    divided by ``n``, however its work is spread."""
+    before = _machine_busy()
+    for _ in range(calls):
+        fn()
+    return (_machine_busy() - before) / calls
 
 
 def best_time(fn: Callable[[], object], repeat: int) -> float:

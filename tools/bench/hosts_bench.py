@@ -12,6 +12,8 @@ one per host) are already running at ``--workers``. It measures:
 - ``call_one``: ``call_one().get()`` round trip to an actor on another host
   (seconds, median);
 - ``call_all``: ``call().get()`` to every actor (seconds, median);
+  ``call_all_cpu``: the CPU seconds the whole machine (every process, user
+  and kernel) spends per such call, over as many more calls;
 - ``broadcast``: ``broadcast()`` to every actor, repeated, then one
   ``call()`` that returns after all of them (broadcasts/s);
 - ``rdma_64m``: an actor on the first host reads 64 MiB that an actor on the
@@ -45,7 +47,7 @@ import signal
 import time
 from typing import Any
 
-from _timing import log, median_time
+from _timing import log, machine_cpu, median_time
 
 MEASURES = ("attach", "spawn", "call_one", "call_all", "broadcast", "rdma_64m")
 
@@ -152,6 +154,10 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         samples = 20 if quick else max(30, 300 // scale)
         results["call_all"] = median_time(lambda: actors.ping.call().get(), samples, 10)
         log(f"call_all: {results['call_all'] * 1e6:.0f} us")
+        # what the machine's cores spend on one: with every process on this
+        # one machine, the call cannot take less than this over the core count
+        results["call_all_cpu"] = machine_cpu(lambda: actors.ping.call().get(), samples)
+        log(f"call_all_cpu: {results['call_all_cpu'] * 1e6:.0f} us")
 
     if "broadcast" in measures:
         rounds = 100 if quick else max(50, 2000 // scale)

@@ -432,6 +432,7 @@ HOSTS_ROWS: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...] = (
     ("spawn", "spawn 3 x 2 procs + actors, first call to all back", "time", "", ("≤", 0.5)),
     ("call_one", "call_one round trip, actor on another host", "time", "", ("≤", 0.25)),
     ("call_all", "call to 6 actors on 3 hosts and gather", "time", "", ("≤", 0.25)),
+    ("call_all_cpu", "CPU of the whole machine per call to all", "time", "", None),
     ("broadcast", "broadcast to 6 actors on 3 hosts", "rate", "broadcasts/s", ("≥", 3.0)),
     ("rdma_64m", "RDMA read of 64 MiB between hosts", "rate", "GB/s", None),
 )

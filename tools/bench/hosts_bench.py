@@ -9,6 +9,9 @@ one per host) are already running at ``--workers``. It measures:
 - ``attach``: ``attach_to_workers(...)`` until ``initialized`` (seconds);
 - ``spawn``: ``spawn_procs(per_host={"gpus": 2})`` on every host, spawning
   one actor per proc, until a first ``call()`` to all returns (seconds);
+- ``spawn_again``: the same for a second proc mesh on the same hosts, which
+  is then stopped (seconds): the first spawn, right after attaching, may
+  also wait for what the workers still do at their own start;
 - ``call_one``: ``call_one().get()`` round trip to an actor on another host
   (seconds, median);
 - ``call_all``: ``call().get()`` to every actor (seconds, median);
@@ -49,7 +52,7 @@ from typing import Any
 
 from _timing import log, machine_cpu, median_time
 
-MEASURES = ("attach", "spawn", "call_one", "call_all", "broadcast", "rdma_64m")
+MEASURES = ("attach", "spawn", "spawn_again", "call_one", "call_all", "broadcast", "rdma_64m")
 
 
 def memory(pid: int | str = "self") -> dict[str, int]:
@@ -134,6 +137,17 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
     assert list(actors.ping.call().get(timeout=args.timeout).values()) == [0] * n
     results["spawn"] = time.perf_counter() - start
     log(f"spawn {n}: {results['spawn']:.3f} s")
+    if "spawn_again" in measures:
+        # a second mesh on the same hosts: the workers are settled by now (the
+        # first spawn, right after attaching, also waits for what they still do
+        # at their own start, as they start with this controller)
+        start = time.perf_counter()
+        more = hosts.spawn_procs(per_host={"gpus": args.per_host})
+        again = more.spawn("bench", Bench)
+        assert list(again.ping.call().get(timeout=args.timeout).values()) == [0] * n
+        results["spawn_again"] = time.perf_counter() - start
+        log(f"spawn {n} again: {results['spawn_again']:.3f} s")
+        more.stop().get(timeout=args.timeout)
     results["memory"] = {
         "proc": actors.slice(hosts=0, gpus=0).memory.call_one().get(),
         "workers": [memory(pid) for pid in args.worker_pids.split(",") if pid],

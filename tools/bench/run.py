@@ -430,6 +430,7 @@ def rdma(args: argparse.Namespace) -> str:
 HOSTS_ROWS: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...] = (
     ("attach", "attach to 3 workers", "time", "", None),
     ("spawn", "spawn 3 x 2 procs + actors, first call to all back", "time", "", ("≤", 0.5)),
+    ("spawn_again", "the same, a second proc mesh on those hosts", "time", "", None),
     ("call_one", "call_one round trip, actor on another host", "time", "", ("≤", 0.25)),
     ("call_all", "call to 6 actors on 3 hosts and gather", "time", "", ("≤", 0.25)),
     ("call_all_cpu", "CPU of the whole machine per call to all", "time", "", None),

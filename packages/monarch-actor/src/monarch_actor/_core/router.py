@@ -403,10 +403,10 @@ class Runtime:
 
         A small call (not ``batch``) to at most ``fanout`` ranks goes
         straight to each of them, on other hosts too: its answers are
-        waited for, and a forward costs a rank on another host's second
-        process more than the caller's extra writes. Broadcasts and large
-        arguments take the host-aware tree, which crosses each host
-        boundary once."""
+        waited for, and a forward would put a whole hop before the answers
+        of each host's other processes (it also costs more CPU than the
+        caller's extra writes). Broadcasts and large arguments take the
+        host-aware tree, which crosses each host boundary once."""
         s = shape.ndslice
         header[Key.SHAPE] = [shape.labels, s.offset, s.sizes, s.strides]
         header[Key.ORIGIN] = self.origin

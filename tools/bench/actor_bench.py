@@ -13,6 +13,8 @@ each, and measures:
 - ``call_one``: ``call_one().get()`` round trip to one actor in another
   process (seconds, median);
 - ``call8``: ``call().get()`` to the 8 actors (seconds, median);
+- ``call_one_cpu``, ``call8_cpu``: the CPU seconds the whole machine
+  (every process, user and kernel) spends per such call, over as many more;
 - ``pipelined``: 5,000 ``call_one`` issued, then all awaited (calls/s);
 - ``broadcast``: ``broadcast()`` to the 8 actors, repeated, then one
   ``call()`` that returns after all of them (broadcasts/s);
@@ -36,7 +38,7 @@ import os
 import time
 from typing import Any
 
-from _timing import SWEEP, best_time, log, median_time, sizes
+from _timing import SWEEP, best_time, log, machine_cpu, median_time, sizes
 
 
 def workload(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,6 +97,11 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
     log(f"call_one {results['call_one'] * 1e6:.0f} µs")
     results["call8"] = median_time(lambda: actors.ping.call().get(), 100 if quick else 500, 50)
     log(f"call8 {results['call8'] * 1e6:.0f} µs")
+    # the CPU the whole machine spends on each (see _timing.machine_cpu)
+    results["call_one_cpu"] = machine_cpu(lambda: one.ping.call_one().get(), 200 if quick else 2000)
+    results["call8_cpu"] = machine_cpu(lambda: actors.ping.call().get(), 100 if quick else 500)
+    cpu_one, cpu8 = results["call_one_cpu"] * 1e6, results["call8_cpu"] * 1e6
+    log(f"CPU: call_one {cpu_one:.0f} µs, call8 {cpu8:.0f} µs")
 
     calls = 1000 if quick else 5000
 

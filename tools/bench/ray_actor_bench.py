@@ -7,6 +7,7 @@ anything is timed, and its time is reported as ``init``.
   ``--repeat``, after one warm-up actor);
 - ``call_one``: ``ray.get(a.ping.remote())`` (median);
 - ``call8``: ``ray.get([a.ping.remote() for a in actors])`` (median);
+- ``call_one_cpu``, ``call8_cpu``: the machine's CPU per such call;
 - ``pipelined``: 5,000 ``a.add.remote(i)`` submitted, then one ``ray.get``
   of all (calls/s);
 - ``broadcast``: ``a.poke.remote()`` to each of the 8 actors without waiting,
@@ -29,7 +30,7 @@ import os
 import time
 from typing import Any
 
-from _timing import SWEEP, log, median_time, sizes
+from _timing import SWEEP, log, machine_cpu, median_time, sizes
 
 
 def workload(args: argparse.Namespace) -> dict[str, Any]:
@@ -100,6 +101,12 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         lambda: ray.get([a.ping.remote() for a in actors]), 100 if quick else 500, 50
     )
     log(f"call8 {results['call8'] * 1e6:.0f} µs")
+    results["call_one_cpu"] = machine_cpu(
+        lambda: ray.get(one.ping.remote()), 200 if quick else 2000
+    )
+    results["call8_cpu"] = machine_cpu(
+        lambda: ray.get([a.ping.remote() for a in actors]), 100 if quick else 500
+    )
 
     calls = 1000 if quick else 5000
     best = float("inf")

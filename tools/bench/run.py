@@ -200,6 +200,8 @@ ACTOR_ROWS: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...] = (
     ("spawn8", "spawn 8 procs + actors, first call to all back", "time", "", ("≤", 0.5)),
     ("call_one", "call_one round trip, one actor", "time", "", ("≤", 0.2)),
     ("call8", "call to 8 actors and gather", "time", "", ("≤", 0.2)),
+    ("call_one_cpu", "CPU of the whole machine per call_one", "time", "", None),
+    ("call8_cpu", "CPU of the whole machine per call to 8", "time", "", None),
     ("pipelined", "5,000 pipelined calls to one actor", "rate", "calls/s", ("≥", 4.0)),
     ("broadcast", "broadcast to 8 actors", "rate", "broadcasts/s", ("≥", 4.0)),
     ("echo_1m", "1 MiB echo", "rate", "GB/s", None),

@@ -13,12 +13,14 @@ framework adds.
 
 The CPU is read from ``/proc`` (Linux): the client process and every process
 it started (procs, their helpers), user and system time, over a window of
-``--seconds`` of back-to-back calls. Prints one JSON object: ``latency``
+``--seconds`` of back-to-back calls. ``--cpus 0`` keeps the script and every
+process it starts on CPU 0 (the affinity is inherited): the same calls
+without any wake-up of another, idle, CPU. Prints one JSON object: ``latency``
 (median seconds per call), ``client_user``, ``client_sys``, ``others_user``,
 ``others_sys`` (CPU seconds per call) and ``threads`` (the busiest threads
 of the client and the procs, CPU seconds per call each).
 
-    python tools/bench/cpu_bench.py --impl ours [--seconds 4]
+    python tools/bench/cpu_bench.py --impl ours [--seconds 4] [--cpus 0]
 """
 
 from __future__ import annotations
@@ -180,7 +182,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--impl", choices=("ours", "monarch", "floor"), required=True)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--cpus",
+        type=lambda text: {int(cpu) for cpu in text.split(",")},
+        help="run on these CPUs only (comma-separated; inherited by every process started)",
+    )
     args = parser.parse_args()
+    if args.cpus:
+        os.sched_setaffinity(0, args.cpus)
     result = floor(args) if args.impl == "floor" else framework(args)
     log(f"{args.impl}: {result['latency'] * 1e6:.0f} us per call")
     print(json.dumps(result))

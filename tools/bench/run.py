@@ -544,18 +544,26 @@ def hosts(args: argparse.Namespace) -> str:
 def cpu(args: argparse.Namespace) -> str:
     """Where a ``call_one`` round trip's time goes: CPU per call in the
     caller's process and in the actor's, for ours, Monarch and the plain
-    Python floor of the same thread wake-ups (``cpu_bench.py``)."""
+    Python floor of the same thread wake-ups (``cpu_bench.py``); then the
+    three again with every process on CPU 0, where no wake-up has to rouse
+    another, idle, CPU."""
     bench = str(BENCH / "cpu_bench.py")
     seconds = ["--seconds", "5"]
-    results = {
-        "ours": run_json(sys.executable, [bench, "--impl", "ours", *seconds], 300) or {},
-        "Monarch 0.7.0": run_json(
-            monarch_python(args.monarch_python), [bench, "--impl", "monarch", *seconds], 300
-        )
-        or {},
-        "plain Python floor": run_json(sys.executable, [bench, "--impl", "floor", *seconds], 300)
-        or {},
+    pythons = {
+        "ours": (sys.executable, "ours"),
+        "Monarch 0.7.0": (str(monarch_python(args.monarch_python)), "monarch"),
+        "plain Python floor": (sys.executable, "floor"),
     }
+
+    def measure(*extra: str) -> dict[str, dict[str, Any]]:
+        return {
+            name: run_json(python, [bench, "--impl", impl, *seconds, *extra], 300) or {}
+            for name, (python, impl) in pythons.items()
+        }
+
+    results = measure()
+    # the same calls with every process on CPU 0: no wake-up of another, idle CPU
+    pinned = measure("--cpus", "0")
     both = Both(
         "CPU per call_one round trip",
         ("per call", *results),
@@ -566,6 +574,7 @@ def cpu(args: argparse.Namespace) -> str:
             return "failed"
         return f"{sum(result[key] for key in keys) * 1e6:.0f} µs"
 
+    everything = ("client_user", "client_sys", "others_user", "others_sys")
     both.add("round trip (median)", *(us(r, "latency") for r in results.values()))
     both.add(
         "CPU, caller's process", *(us(r, "client_user", "client_sys") for r in results.values())
@@ -576,13 +585,19 @@ def cpu(args: argparse.Namespace) -> str:
     both.add(
         "CPU, all, of it in the kernel",
         *(
-            f"{us(r, 'client_user', 'client_sys', 'others_user', 'others_sys')}, "
-            f"{us(r, 'client_sys', 'others_sys')}"
+            f"{us(r, *everything)}, {us(r, 'client_sys', 'others_sys')}"
             if "latency" in r
             else "failed"
             for r in results.values()
         ),
     )
+    both.add("round trip, all on CPU 0 (median)", *(us(r, "latency") for r in pinned.values()))
+    both.add("CPU, all, all on CPU 0", *(us(r, *everything) for r in pinned.values()))
+    ratios = []
+    for label, runs in (("on every CPU", results), ("all on CPU 0", pinned)):
+        ours, theirs = runs["ours"].get("latency"), runs["Monarch 0.7.0"].get("latency")
+        if ours and theirs:
+            ratios.append(f"{ours / theirs:.2f}× {label}")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
     # ours again, stage by stage (call_trace.py)
@@ -601,9 +616,13 @@ def cpu(args: argparse.Namespace) -> str:
         [
             f"Measured on {machine}, in one run: {seconds[1]} s of back-to-back "
             "`call_one().get()` to one actor in another process of this host; CPU read "
-            "from `/proc` for the calling process and every process it started.",
+            "from `/proc` for the calling process and every process it started. The last "
+            "two rows ran the same with the script and every process it started kept on "
+            "CPU 0 (`cpu_bench.py --cpus 0`).",
             "",
             *both.done(),
+            "",
+            "Our round trip against Monarch's: " + (", ".join(ratios) or "failed") + ".",
             "",
             f"Then ours, {trace.get('matched', 0):,} calls traced with "
             "`tools/bench/call_trace.py`: each process notes the clock as a call enters and "

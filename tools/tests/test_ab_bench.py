@@ -41,3 +41,17 @@ def test_a_pair_against_this_commit_runs_both_trees() -> None:
         ["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True, check=True
     )
     assert "monarch-ab-" not in worktrees.stdout  # its worktree is gone
+
+
+def test_the_cpu_workload_compares_call_one_on_one_cpu() -> None:
+    one_quick_pair = ["--base", "HEAD", "--pairs", "1", "--quick", "--workload", "cpu"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools/bench/ab_bench.py"), *one_quick_pair],
+        capture_output=True, text=True, timeout=400, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    ratios = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(ratios) == {"latency", "cpu"}
+    # the same code on both sides: the two runs of a pair are alike
+    assert all(0.3 < ratio < 3 for ratio in ratios.values()), ratios
+    assert "on CPU 0" in done.stdout

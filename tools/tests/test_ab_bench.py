@@ -27,14 +27,19 @@ def test_each_measure_is_the_median_of_the_pairs_ratios() -> None:
     assert "call8" not in summary
 
 
-def test_a_pair_against_this_commit_runs_both_trees() -> None:
-    one_quick_pair = ["--base", "HEAD", "--pairs", "1", "--repeat", "1", "--quick"]
+def run_one_pair(*options: str) -> tuple[str, dict[str, float]]:
+    """One quick pair against HEAD: what ab_bench printed, and its ratios."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools/bench/ab_bench.py"), *one_quick_pair],
+        [sys.executable, str(ROOT / "tools/bench/ab_bench.py"), "--base", "HEAD", "--pairs", "1",
+         "--quick", *options],
         capture_output=True, text=True, timeout=400, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    ratios = json.loads(done.stdout.strip().splitlines()[-1])
+    return done.stdout, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_pair_against_this_commit_runs_both_trees() -> None:
+    _, ratios = run_one_pair("--repeat", "1")
     assert {"call_one", "call8", "pipelined", "broadcast"} <= set(ratios)
     assert all(ratio > 0 for ratio in ratios.values())
     worktrees = subprocess.run(
@@ -44,14 +49,8 @@ def test_a_pair_against_this_commit_runs_both_trees() -> None:
 
 
 def test_the_cpu_workload_compares_call_one_on_one_cpu() -> None:
-    one_quick_pair = ["--base", "HEAD", "--pairs", "1", "--quick", "--workload", "cpu"]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tools/bench/ab_bench.py"), *one_quick_pair],
-        capture_output=True, text=True, timeout=400, cwd=ROOT,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    ratios = json.loads(done.stdout.strip().splitlines()[-1])
+    printed, ratios = run_one_pair("--workload", "cpu")
     assert set(ratios) == {"latency", "cpu"}
     # the same code on both sides: the two runs of a pair are alike
     assert all(0.3 < ratio < 3 for ratio in ratios.values()), ratios
-    assert "on CPU 0" in done.stdout
+    assert "on CPU 0" in printed

@@ -17,7 +17,7 @@ it started (procs, their helpers), user and system time, over a window of
 process it starts on CPU 0 (the affinity is inherited): the same calls
 without any wake-up of another, idle, CPU. Prints one JSON object: ``latency``
 (median seconds per call), ``client_user``, ``client_sys``, ``others_user``,
-``others_sys`` (CPU seconds per call) and ``threads`` (the busiest threads
+``others_sys`` (CPU seconds per call), ``cpu`` (their sum) and ``threads`` (the busiest threads
 of the client and the procs, CPU seconds per call each).
 
     python tools/bench/cpu_bench.py --impl ours [--seconds 4] [--cpus 0]
@@ -104,6 +104,7 @@ def account(call: Callable[[], object], seconds: float) -> dict[str, Any]:
         if du + ds:
             threads.append((side, (du + ds) / TICK / n))
     result.update({k: v / TICK / n for k, v in sums.items()})
+    result["cpu"] = sum(sums.values()) / TICK / n  # all of it: every process, user and kernel
     result["threads"] = sorted(threads, key=lambda t: -t[1])[:6]
     return result
 

@@ -574,7 +574,6 @@ def cpu(args: argparse.Namespace) -> str:
             return "failed"
         return f"{sum(result[key] for key in keys) * 1e6:.0f} µs"
 
-    everything = ("client_user", "client_sys", "others_user", "others_sys")
     both.add("round trip (median)", *(us(r, "latency") for r in results.values()))
     both.add(
         "CPU, caller's process", *(us(r, "client_user", "client_sys") for r in results.values())
@@ -585,14 +584,12 @@ def cpu(args: argparse.Namespace) -> str:
     both.add(
         "CPU, all, of it in the kernel",
         *(
-            f"{us(r, *everything)}, {us(r, 'client_sys', 'others_sys')}"
-            if "latency" in r
-            else "failed"
+            f"{us(r, 'cpu')}, {us(r, 'client_sys', 'others_sys')}" if "latency" in r else "failed"
             for r in results.values()
         ),
     )
     both.add("round trip, all on CPU 0 (median)", *(us(r, "latency") for r in pinned.values()))
-    both.add("CPU, all, all on CPU 0", *(us(r, *everything) for r in pinned.values()))
+    both.add("CPU, all, all on CPU 0", *(us(r, "cpu") for r in pinned.values()))
     ratios = []
     for label, runs in (("on every CPU", results), ("all on CPU 0", pinned)):
         ours, theirs = runs["ours"].get("latency"), runs["Monarch 0.7.0"].get("latency")

@@ -8,6 +8,7 @@ import collections
 import threading
 
 from monarch_tensor._mesh import DeviceMesh
+from monarch_tensor._table import Table
 
 
 def bare_mesh() -> DeviceMesh:
@@ -47,3 +48,20 @@ def test_drops_join_the_next_batch_in_order_and_merge() -> None:
         mesh._take_drops_locked()
     assert mesh._batches == {"main": [("op", "a"), ("drop", [1, 2])], "other": [("drop", [3])]}
     assert not mesh._dropped
+
+
+def test_a_value_made_after_its_drop_is_let_go() -> None:
+    # an rref result its actor keeps after the stream already ran its drop
+    table = Table()
+    table.pop(5)
+    table.put(5, "late")
+    assert 5 not in table and len(table) == 0
+    table.put(5, "again")  # the drop was used up: a ref is dropped once
+    assert table.get(5) == "again"
+
+
+def test_a_lent_shard_is_taken_by_its_one_reader() -> None:
+    table = Table()
+    table.put(3, "shard")
+    assert table.take(3) == "shard"
+    assert 3 not in table

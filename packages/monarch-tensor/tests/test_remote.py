@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from monarch_actor import Actor, Channel, endpoint, send, this_host
+from monarch_actor import Actor, Channel, context, endpoint, send, this_host
 from monarch_tensor import (
     RemoteTensorError,
     Tensor,
@@ -47,8 +47,28 @@ class Keeper(Actor):
         return type(x).__name__, x.tolist(), tag
 
 
+class Gated(Actor):
+    """Its messages wait while ``hold`` runs: until the test writes to this
+    actor's FIFO (``<fifo>.<its rank>``)."""
+
+    @endpoint
+    def hold(self, fifo):
+        with open(f"{fifo}.{context().actor_instance.rank.rank}") as gate:
+            return gate.read()
+
+    @endpoint
+    def values(self, x):
+        return x.tolist()
+
+
 def double(x):
     return x * 2
+
+
+def table_size():
+    from monarch_tensor._table import TABLE
+
+    return len(TABLE)
 
 
 def stats(x):
@@ -201,3 +221,57 @@ def test_rref_errors_say_what_to_do(procs):
                 elsewhere.plain.call(x)
     finally:
         other.stop().get(timeout=60)
+
+
+def _gates(tmp_path, ranks):
+    fifo = tmp_path / "gate"
+    for rank in ranks:
+        os.mkfifo(f"{fifo}.{rank}")
+    return str(fifo)
+
+
+def _open(fifo, ranks):
+    for rank in ranks:
+        with open(f"{fifo}.{rank}", "w") as gate:
+            gate.write("go")
+
+
+def test_a_temporary_sent_to_an_endpoint_is_read_after_it_was_freed(procs, tmp_path):
+    gated = procs.spawn("gated", Gated)
+    fifo = _gates(tmp_path, range(2))
+    held = gated.hold.call(fifo)
+    with procs.activate():
+        x = torch.rand(3)
+    # x * 2 is freed once the call is sent; the actors read it only after the
+    # gate opens, when the stream has run its drop (fetching y waits for that)
+    got = gated.values.call(x * 2)
+    with procs.activate():
+        y = x + 1
+    before = shards(y)
+    _open(fifo, range(2))
+    assert held.get(timeout=60).values() == ["go", "go"]
+    values = got.get(timeout=60)
+    for g, x_g in enumerate(shards(x)):
+        assert torch.allclose(torch.tensor(values.item(gpus=g)), x_g * 2)
+        assert torch.allclose(before[g], x_g + 1)
+
+
+def test_a_shard_lent_to_a_slice_s_endpoint_stays_nowhere(procs, tmp_path):
+    gated = procs.spawn("gated2", Gated)
+    with procs.activate():
+        x = torch.rand(3)
+        sizes = [call_on_shard_and_fetch(remote(table_size), shard={"gpus": g}) for g in range(2)]
+    before = [size.get(timeout=60) for size in sizes]
+    one = gated.slice(gpus=1)
+    fifo = _gates(tmp_path, [1])
+    held = one.hold.call_one(fifo)
+    got = one.values.call_one(x * 3)
+    with procs.activate():
+        shards(x + 1)
+    _open(fifo, [1])
+    assert held.get(timeout=60) == "go"
+    assert torch.allclose(torch.tensor(got.get(timeout=60)), shards(x)[1] * 3)
+    with procs.activate():
+        sizes = [call_on_shard_and_fetch(remote(table_size), shard={"gpus": g}) for g in range(2)]
+    # taken where it was read, and never lent on the process that has no reader
+    assert [size.get(timeout=60) for size in sizes] == before

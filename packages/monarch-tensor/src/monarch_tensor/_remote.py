@@ -331,24 +331,41 @@ def _shards(
     actors: ActorMesh[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Distributed tensor arguments of an endpoint call become references
-    to each receiving process's shard."""
+    to each receiving process's shard, lent in stream order: the endpoint
+    may read it after the tensor was freed (a temporary, gone as soon as the
+    call is sent)."""
     if not any(isinstance(a, Tensor | list | tuple | dict) for a in (*args, *kwargs.values())):
         return args, kwargs
     leaves, spec = pytree.tree_flatten((args, kwargs))
     if not any(isinstance(leaf, Tensor) for leaf in leaves):
         return args, kwargs
+    tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    for tensor in tensors:  # all checked before any is lent
+        if tensor._ref < 0:
+            raise incorrect("a tensor was sent to an endpoint after drop()")
+        _check_same_processes(actors, tensor._mesh, f"an endpoint of {actor_mesh_name(actors)}")
     sent = []
     for leaf in leaves:
         if isinstance(leaf, Tensor):
-            if leaf._ref < 0:
-                raise incorrect("a tensor was sent to an endpoint after drop()")
-            _check_same_processes(actors, leaf._mesh, f"an endpoint of {actor_mesh_name(actors)}")
-            leaf._mesh.flush()
-            sent.append(Shard(leaf._ref))
+            lent = new_ref()
+            ranks = _receivers(actors, leaf._mesh)
+            leaf._mesh._send(leaf._stream.name, ("lend", leaf._ref, lent, ranks))
+            sent.append(Shard(lent))
         else:
             sent.append(leaf)
+    for mesh in {id(tensor._mesh): tensor._mesh for tensor in tensors}.values():
+        mesh.flush()
     transformed: tuple[tuple[Any, ...], dict[str, Any]] = pytree.tree_unflatten(sent, spec)
     return transformed
+
+
+def _receivers(actors: ActorMesh[Any], mesh: TensorMesh) -> frozenset[int] | None:
+    """The ranks of ``mesh`` whose processes hold one of ``actors`` (None: all)."""
+    ranks = list(mesh_shape(mesh._procs).ndslice)
+    called = set(mesh_shape(actors).ndslice)
+    if called == set(ranks):
+        return None
+    return frozenset(i for i, rank in enumerate(ranks) if rank in called)
 
 
 transform_arguments(_shards)

@@ -6,6 +6,12 @@ endpoints that receive shards as arguments. A reference appears when the
 operation that makes it has run, on whichever thread ran it; whoever needs
 it waits for it. Reference numbers are never reused, so this is the only
 ordering streams, rref results and shard arguments need.
+
+Two things arrive on other threads than the stream that frees a reference,
+so they must not race its ``drop``: a shard sent to an endpoint is *lent*
+under a reference of its own, in stream order, which its one reader takes
+(the drop of the original may then come at once); and an rref result kept
+after its tensor was already dropped is let go as it arrives.
 """
 
 from __future__ import annotations
@@ -59,12 +65,21 @@ class Table:
 
     def __init__(self) -> None:
         self._values: dict[int, Any] = {}
+        # dropped before they were made (an rref result its actor keeps late)
+        self._gone: set[int] = set()
         self._changed = threading.Condition()
         self._waiting = 0
 
     def put(self, ref: int, value: Any) -> None:
-        """Make ``ref`` hold ``value`` (a tensor, a ``Poison`` or a marker)."""
+        """Make ``ref`` hold ``value`` (a tensor, a ``Poison`` or a marker);
+        a ``ref`` already dropped stays empty."""
         self._values[ref] = value
+        if self._gone:
+            with self._changed:
+                if ref in self._gone:
+                    self._gone.discard(ref)
+                    self._values.pop(ref, None)
+                    return
         if self._waiting:
             with self._changed:
                 self._changed.notify_all()
@@ -101,8 +116,19 @@ class Table:
         return value
 
     def pop(self, ref: int) -> None:
-        """Forget ``ref``."""
-        self._values.pop(ref, None)
+        """Forget ``ref``; one not made yet is forgotten when it is."""
+        if self._values.pop(ref, None) is None:
+            with self._changed:
+                self._gone.add(ref)
+                if self._values.pop(ref, None) is not None:  # made meanwhile
+                    self._gone.discard(ref)
+
+    def take(self, ref: int) -> Any:
+        """``tensor(ref)``, forgetting ``ref``: a lent shard has one reader."""
+        try:
+            return self.tensor(ref)
+        finally:
+            self._values.pop(ref, None)
 
     def __contains__(self, ref: int) -> bool:
         return ref in self._values
@@ -116,7 +142,8 @@ TABLE = Table()
 
 class Shard:
     """A distributed tensor sent to an actor endpoint: it arrives as the
-    receiving process's own shard (a plain ``torch.Tensor``)."""
+    receiving process's own shard (a plain ``torch.Tensor``). ``ref`` is the
+    reference the shard is lent under (see ``TensorWorker._lend``)."""
 
     __slots__ = ("ref",)
 
@@ -128,8 +155,9 @@ class Shard:
 
 
 def local_shard(ref: int) -> Any:
-    """This process's shard of tensor ``ref`` (waiting until it is made)."""
-    return TABLE.tensor(ref)
+    """This process's shard lent under ``ref`` (waiting until the stream
+    lends it), taken: an endpoint's message is decoded once."""
+    return TABLE.take(ref)
 
 
 def keep(refs: list[int], outcome: Any) -> None:

@@ -319,6 +319,13 @@ class TensorWorker(Actor):
     def _borrow(self, source: int, new: int) -> None:
         TABLE.put(new, TABLE.get(source))  # the same tensor (or its poison), another name
 
+    def _lend(self, source: int, new: int, ranks: frozenset[int] | None) -> None:
+        """``source`` under the name ``new`` for an endpoint's message, where
+        the endpoint's actor gets it (``ranks`` of this mesh; None: all): it
+        takes it from there, so freeing ``source`` cannot overtake it."""
+        if ranks is None or current_rank().rank in ranks:
+            TABLE.put(new, TABLE.get(source))
+
     def _signal(self, token: int) -> None:
         TABLE.put(token, True)
 

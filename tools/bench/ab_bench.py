@@ -11,11 +11,11 @@ fresh interpreter whose ``PYTHONPATH`` puts that tree's packages first. For
 every measure, each pair gives a ratio, new / base, and the report is the
 median of those ratios: the drift mostly cancels within a pair.
 
-``--workload cpu`` runs ``cpu_bench.py --impl ours --cpus 0`` instead (CPU 0,
-or the first CPU this process may use): back-to-back ``call_one`` with every
-process on that one CPU, where no wake-up
-has to rouse another CPU, so the round trip and the machine's CPU per call
-are the framework's own work (less the plain floor's few microseconds).
+``--workload cpu`` runs ``cpu_bench.py --impl ours --cpus first`` instead
+(CPU 0, or the first CPU this process may use): back-to-back ``call_one``
+with every process on that one CPU, where no wake-up has to rouse another
+CPU, so the round trip and the machine's CPU per call are the framework's
+own work (less the plain floor's few microseconds).
 
     python tools/bench/ab_bench.py --base HEAD~3 [--pairs 6] [--workload cpu]
 
@@ -62,8 +62,7 @@ def tree_path(tree: Path) -> str:
 def run(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One run of the workload on ``tree``'s packages: its measures."""
     if args.workload == "cpu":
-        first = str(min(os.sched_getaffinity(0)))  # CPU 0, unless this process may not use it
-        script = ["cpu_bench.py", "--impl", "ours", "--cpus", first]
+        script = ["cpu_bench.py", "--impl", "ours", "--cpus", "first"]
         script += ["--seconds", str(CPU_SECONDS / (4 if args.quick else 1))]
     else:
         script = ["actor_bench.py", "--impl", "ours", "--repeat", str(args.repeat)]

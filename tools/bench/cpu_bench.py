@@ -13,7 +13,7 @@ framework adds.
 
 The CPU is read from ``/proc`` (Linux): the client process and every process
 it started (procs, their helpers), user and system time, over a window of
-``--seconds`` of back-to-back calls. ``--cpus 0`` keeps the script and every
+``--seconds`` of back-to-back calls. ``--cpus 0`` (or ``first``) keeps the script and every
 process it starts on CPU 0 (the affinity is inherited): the same calls
 without any wake-up of another, idle, CPU. Prints one JSON object: ``latency``
 (median seconds per call), ``client_user``, ``client_sys``, ``others_user``,
@@ -179,14 +179,22 @@ def floor(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def cpu_set(text: str) -> set[int]:
+    """``--cpus``: "0,1", or "first" (the lowest CPU this process may run on)."""
+    if text == "first":
+        return {min(os.sched_getaffinity(0))}
+    return {int(cpu) for cpu in text.split(",")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--impl", choices=("ours", "monarch", "floor"), required=True)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument(
         "--cpus",
-        type=lambda text: {int(cpu) for cpu in text.split(",")},
-        help="run on these CPUs only (comma-separated; inherited by every process started)",
+        type=cpu_set,
+        help="run on these CPUs only (comma-separated, or 'first': the first this process may "
+        "use, CPU 0 as a rule; inherited by every process started)",
     )
     args = parser.parse_args()
     if args.cpus:

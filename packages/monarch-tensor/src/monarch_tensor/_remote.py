@@ -337,9 +337,9 @@ def _shards(
     if not any(isinstance(a, Tensor | list | tuple | dict) for a in (*args, *kwargs.values())):
         return args, kwargs
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    if not any(isinstance(leaf, Tensor) for leaf in leaves):
-        return args, kwargs
     tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    if not tensors:
+        return args, kwargs
     for tensor in tensors:  # all checked before any is lent
         if tensor._ref < 0:
             raise incorrect("a tensor was sent to an endpoint after drop()")

@@ -324,7 +324,7 @@ class TensorWorker(Actor):
         the endpoint's actor gets it (``ranks`` of this mesh; None: all): it
         takes it from there, so freeing ``source`` cannot overtake it."""
         if ranks is None or current_rank().rank in ranks:
-            TABLE.put(new, TABLE.get(source))
+            self._borrow(source, new)
 
     def _signal(self, token: int) -> None:
         TABLE.put(token, True)

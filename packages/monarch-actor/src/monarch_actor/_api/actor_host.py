@@ -94,6 +94,8 @@ class ActorHost:
         # actor fails meanwhile, they are answered with its failure at once
         self.open_calls: dict[int, dict[str, Any]] = {}
         self.stats = ActorStats()
+        # an async actor's post_urgent work, posted and started: each counter has one writer thread
+        self.urgent_posted = self.urgent_started = 0
         if self.is_async:
             self.loop = new_event_loop()
             self.mailbox: asyncio.Queue[Any] = asyncio.Queue()
@@ -131,12 +133,14 @@ class ActorHost:
         if self.is_async:
 
             def start() -> None:
+                self.urgent_started += 1
                 outcome = fn(*args)
                 if inspect.isawaitable(outcome):
                     task = self.loop.create_task(_awaitable(outcome))
                     self.tasks.add(task)
                     task.add_done_callback(self.tasks.discard)
 
+            self.urgent_posted += 1
             self.loop.call_soon_threadsafe(start)
         else:
             self.urgent.append((fn, args))
@@ -164,6 +168,10 @@ class ActorHost:
                 outcome = await outcome
             if outcome is _STOP:
                 return
+            if self.urgent_posted != self.urgent_started:
+                # a queued message is taken without a turn of the loop, and an
+                # endpoint that never awaits gives none: urgent work waits for one
+                await asyncio.sleep(0)
 
     def _step(self, header: dict[str, Any], frames: Frames) -> Any:
         op = header[Key.OP]

@@ -9,6 +9,7 @@ from typing import Any
 from monarch_actor import (
     Actor,
     Port,
+    ProcMesh,
     SupervisionError,
     context,
     current_rank,
@@ -468,3 +469,69 @@ class AsyncOwner(Actor):
 
     def __cleanup__(self, exc: BaseException | None) -> None:
         self.cleaned_up.set()
+
+
+# -- test_urgent_order: the test sets these events as the runtime hands work over
+
+BACKLOG = 20  # queued calls in test_urgent_order
+
+backlog_posted = threading.Event()  # every queued `busy` has been handed to the actor
+supervise_posted = threading.Event()  # the child's failure has been handed to it
+
+
+class SyncBacklogged(Actor):
+    def __init__(self, procs: ProcMesh) -> None:
+        self.procs = procs  # where its child is spawned, to fail
+        self.events: list[str] = []
+
+    def wait_for_backlog(self) -> None:
+        # returns once the whole backlog waits in the actor's queue
+        assert backlog_posted.wait(30), "the backlog was never posted"
+
+    def work(self, first: bool) -> None:
+        if first:
+            # a child fails while this endpoint holds the actor: its failure
+            # arrives with the rest of the backlog queued behind this call
+            self.child = self.procs.spawn("doomed", BadInit)
+            assert supervise_posted.wait(30), "the child's failure never arrived"
+        self.events.append("busy")
+
+    @endpoint
+    def begin(self) -> None:
+        self.wait_for_backlog()
+
+    @endpoint
+    def busy(self, first: bool) -> None:
+        self.work(first)
+
+    @endpoint
+    def seen(self) -> list[str]:
+        return self.events
+
+    def __supervise__(self, failure: object) -> bool:
+        self.events.append("supervise")
+        return True
+
+
+class AsyncBacklogged(SyncBacklogged):
+    """The same, with endpoints that are async but never await."""
+
+    @endpoint
+    async def begin(self) -> None:
+        self.wait_for_backlog()
+
+    @endpoint
+    async def busy(self, first: bool) -> None:
+        self.work(first)
+
+    @endpoint
+    async def seen(self) -> list[str]:
+        return self.events
+
+
+class AsyncSupervising(AsyncBacklogged):
+    """And with an async ``__supervise__``: it runs as a task of the actor's loop."""
+
+    async def __supervise__(self, failure: object) -> bool:  # type: ignore[override]
+        self.events.append("supervise")
+        return True

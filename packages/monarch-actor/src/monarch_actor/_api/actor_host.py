@@ -133,8 +133,10 @@ class ActorHost:
         if self.is_async:
 
             def start() -> None:
-                self.urgent_started += 1
-                outcome = fn(*args)
+                try:
+                    outcome = fn(*args)
+                finally:
+                    self.urgent_started += 1
                 if inspect.isawaitable(outcome):
                     task = self.loop.create_task(_awaitable(outcome))
                     self.tasks.add(task)
@@ -162,16 +164,20 @@ class ActorHost:
 
     async def _serve_async(self) -> None:
         while True:
+            if self.urgent_posted != self.urgent_started:
+                # a queued message is taken without a turn of the loop, and an endpoint
+                # that never awaits gives none: urgent work (__supervise__) would wait
+                # for the whole backlog. Turns until each posted piece has started, and
+                # one more, in which a task that one made runs up to its first await.
+                while self.urgent_posted != self.urgent_started:
+                    await asyncio.sleep(0)
+                await asyncio.sleep(0)
             header, frames = await self.mailbox.get()
             outcome = self._step(header, frames)
             if inspect.isawaitable(outcome):
                 outcome = await outcome
             if outcome is _STOP:
                 return
-            if self.urgent_posted != self.urgent_started:
-                # a queued message is taken without a turn of the loop, and an
-                # endpoint that never awaits gives none: urgent work waits for one
-                await asyncio.sleep(0)
 
     def _step(self, header: dict[str, Any], frames: Frames) -> Any:
         op = header[Key.OP]

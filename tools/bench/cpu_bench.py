@@ -1,5 +1,7 @@
-"""Where the time of a ``call_one`` goes: CPU seconds per call, by process
-and by user/kernel, while one script calls one actor in a loop.
+"""Where the time of a call goes: CPU seconds per call, by process and by
+user/kernel, while one script calls one actor in a loop (``call_one``), or
+with ``--procs N`` a mesh of N actors, each in a process of its own
+(``call().get()`` to all of them).
 
 Written once against the public ``monarch.actor`` API, so the same file
 runs against this project (``--impl ours``) and torchmonarch 0.7.0
@@ -8,7 +10,8 @@ framework at all, in plain Python: the caller writes a small message to a
 Unix socket from its own thread while a second thread waits on the reply
 socket (as a control loop does), and the receiving process reads it on one
 thread and answers from another (as an actor's thread does): every thread
-wake-up of a call, and nothing else. The difference to it is the work a
+wake-up of a call, and nothing else. With ``--procs N`` it writes to N such
+processes and the call is back when all N answers are. The difference to it is the work a
 framework adds.
 
 The CPU is read from ``/proc`` (Linux): the client process and every process
@@ -20,7 +23,7 @@ without any wake-up of another, idle, CPU. Prints one JSON object: ``latency``
 ``others_sys`` (CPU seconds per call), ``cpu`` (their sum) and ``threads`` (the busiest threads
 of the client and the procs, CPU seconds per call each).
 
-    python tools/bench/cpu_bench.py --impl ours [--seconds 4] [--cpus 0]
+    python tools/bench/cpu_bench.py --impl ours [--seconds 4] [--cpus 0] [--procs 8]
 """
 
 from __future__ import annotations
@@ -117,66 +120,90 @@ def framework(args: argparse.Namespace) -> dict[str, Any]:
         def ping(self) -> int:
             return 0
 
-    procs = this_host().spawn_procs(per_host={"gpus": 1})
-    actor = procs.spawn("echo", Echo)
-    actor.ping.call().get()
-    result = account(lambda: actor.ping.call_one().get(), args.seconds)
+    procs = this_host().spawn_procs(per_host={"gpus": args.procs})
+    actors = procs.spawn("echo", Echo)
+    actors.ping.call().get()
+    if args.procs == 1:
+        result = account(lambda: actors.ping.call_one().get(), args.seconds)
+    else:
+        result = account(lambda: actors.ping.call().get(), args.seconds)
     procs.stop().get()
     return result
 
 
 def floor(args: argparse.Namespace) -> dict[str, Any]:
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    pid = os.fork()
-    if pid == 0:  # the receiving process: a loop thread and an actor thread
-        ours.close()
-        answers: list[bytes] = []
-        ready = threading.Condition()
-
-        def actor() -> None:
-            while True:
-                with ready:
-                    while not answers:
-                        ready.wait()
-                    message = answers.pop()
-                if not message:
-                    return
-                os.write(theirs.fileno(), message)
-
-        threading.Thread(target=actor, daemon=True).start()
-        selector = selectors.DefaultSelector()
-        selector.register(theirs, selectors.EVENT_READ)
-        while True:
-            selector.select()
-            message = os.read(theirs.fileno(), 4096)
-            with ready:
-                answers.append(message)
-                ready.notify()
-            if not message:
-                os._exit(0)
-    theirs.close()
+    sockets, children = [], []
+    for _ in range(args.procs):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            for other in sockets:
+                other.close()
+            ours.close()
+            receive(theirs)
+        theirs.close()
+        sockets.append(ours)
+        children.append(pid)
     replied = threading.Semaphore(0)
 
-    def loop() -> None:  # the caller's control loop
+    def loop() -> None:  # the caller's control loop: a call is back when every answer is
         selector = selectors.DefaultSelector()
-        selector.register(ours, selectors.EVENT_READ)
-        while True:
-            selector.select()
-            if not os.read(ours.fileno(), 4096):
-                return
-            replied.release()
+        for ours in sockets:
+            selector.register(ours, selectors.EVENT_READ)
+        waiting, open_ = len(sockets), len(sockets)
+        while open_:
+            for key, _ in selector.select():
+                if not os.read(key.fd, 4096):
+                    selector.unregister(key.fileobj)
+                    open_ -= 1
+                    continue
+                waiting -= 1
+                if not waiting:
+                    waiting = len(sockets)
+                    replied.release()
 
     threading.Thread(target=loop, daemon=True).start()
     message = b"x" * 200
 
     def call() -> None:
-        os.write(ours.fileno(), message)
+        for ours in sockets:
+            os.write(ours.fileno(), message)
         replied.acquire()
 
     result = account(call, args.seconds)
-    ours.shutdown(socket.SHUT_WR)
-    os.waitpid(pid, 0)
+    for ours in sockets:
+        ours.shutdown(socket.SHUT_WR)
+    for pid in children:
+        os.waitpid(pid, 0)
     return result
+
+
+def receive(theirs: socket.socket) -> None:
+    """A receiving process: a loop thread reads, an actor thread answers."""
+    answers: list[bytes] = []
+    ready = threading.Condition()
+
+    def actor() -> None:
+        while True:
+            with ready:
+                while not answers:
+                    ready.wait()
+                message = answers.pop()
+            if not message:
+                return
+            os.write(theirs.fileno(), message)
+
+    threading.Thread(target=actor, daemon=True).start()
+    selector = selectors.DefaultSelector()
+    selector.register(theirs, selectors.EVENT_READ)
+    while True:
+        selector.select()
+        message = os.read(theirs.fileno(), 4096)
+        with ready:
+            answers.append(message)
+            ready.notify()
+        if not message:
+            os._exit(0)
 
 
 def cpu_set(text: str) -> set[int]:
@@ -190,6 +217,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--impl", choices=("ours", "monarch", "floor"), required=True)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--procs",
+        type=int,
+        default=1,
+        help="actors, each in a process of its own; above 1 each call goes to all of them "
+        "(`call().get()`; the floor writes to each and waits for every answer)",
+    )
     parser.add_argument(
         "--cpus",
         type=cpu_set,

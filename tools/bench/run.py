@@ -542,11 +542,11 @@ def hosts(args: argparse.Namespace) -> str:
 
 
 def cpu(args: argparse.Namespace) -> str:
-    """Where a ``call_one`` round trip's time goes: CPU per call in the
-    caller's process and in the actor's, for ours, Monarch and the plain
-    Python floor of the same thread wake-ups (``cpu_bench.py``); then the
-    three again with every process on CPU 0, where no wake-up has to rouse
-    another, idle, CPU."""
+    """Where a round trip's time goes: CPU per call in the caller's process
+    and in the actors', for ours, Monarch and the plain Python floor of the
+    same thread wake-ups (``cpu_bench.py``), for ``call_one`` to one actor and
+    for a call to eight; each again with every process on CPU 0, where no
+    wake-up has to rouse another, idle, CPU. Then ours stage by stage."""
     bench = str(BENCH / "cpu_bench.py")
     seconds = ["--seconds", "5"]
     pythons = {
@@ -561,40 +561,46 @@ def cpu(args: argparse.Namespace) -> str:
             for name, (python, impl) in pythons.items()
         }
 
-    results = measure()
-    # the same calls with every process on CPU 0: no wake-up of another, idle CPU
-    pinned = measure("--cpus", "first")  # CPU 0 unless it is not ours
-    both = Both(
-        "CPU per call_one round trip",
-        ("per call", *results),
-    )
-
     def us(result: dict[str, Any], *keys: str) -> str:
         if not all(key in result for key in keys):
             return "failed"
         return f"{sum(result[key] for key in keys) * 1e6:.0f} µs"
 
-    both.add("round trip (median)", *(us(r, "latency") for r in results.values()))
-    both.add(
-        "CPU, caller's process", *(us(r, "client_user", "client_sys") for r in results.values())
-    )
-    both.add(
-        "CPU, actor's process", *(us(r, "others_user", "others_sys") for r in results.values())
-    )
-    both.add(
-        "CPU, all, of it in the kernel",
-        *(
-            f"{us(r, 'cpu')}, {us(r, 'client_sys', 'others_sys')}" if "latency" in r else "failed"
-            for r in results.values()
-        ),
-    )
-    both.add("round trip, all on CPU 0 (median)", *(us(r, "latency") for r in pinned.values()))
-    both.add("CPU, all, all on CPU 0", *(us(r, "cpu") for r in pinned.values()))
-    ratios = []
-    for label, runs in (("on every CPU", results), ("all on CPU 0", pinned)):
-        ours, theirs = runs["ours"].get("latency"), runs["Monarch 0.7.0"].get("latency")
-        if ours and theirs:
-            ratios.append(f"{ours / theirs:.2f}× {label}")
+    def table(what: str, procs: str) -> tuple[list[str], list[str], dict[str, Any]]:
+        """The table for ``what`` (``--procs procs``), its ratios, and ours untimed."""
+        results = measure("--procs", procs)
+        # the same calls with every process on CPU 0: no wake-up of another, idle CPU
+        pinned = measure("--procs", procs, "--cpus", "first")  # CPU 0 unless it is not ours
+        both = Both(f"CPU per {what}", ("per call", *results))
+        both.add("round trip (median)", *(us(r, "latency") for r in results.values()))
+        both.add(
+            "CPU, caller's process",
+            *(us(r, "client_user", "client_sys") for r in results.values()),
+        )
+        both.add(
+            "CPU, the actors' processes" if procs != "1" else "CPU, actor's process",
+            *(us(r, "others_user", "others_sys") for r in results.values()),
+        )
+        both.add(
+            "CPU, all, of it in the kernel",
+            *(
+                f"{us(r, 'cpu')}, {us(r, 'client_sys', 'others_sys')}"
+                if "latency" in r
+                else "failed"
+                for r in results.values()
+            ),
+        )
+        both.add("round trip, all on CPU 0 (median)", *(us(r, "latency") for r in pinned.values()))
+        both.add("CPU, all, all on CPU 0", *(us(r, "cpu") for r in pinned.values()))
+        ratios = []
+        for label, runs in (("on every CPU", results), ("all on CPU 0", pinned)):
+            ours, theirs = runs["ours"].get("latency"), runs["Monarch 0.7.0"].get("latency")
+            if ours and theirs:
+                ratios.append(f"{ours / theirs:.2f}× {label}")
+        return both.done(), ratios, results["ours"]
+
+    one, one_ratios, ours_one = table("call_one round trip", "1")
+    eight, eight_ratios, _ = table("call to 8 actors, gathered", "8")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
     # ours again, stage by stage (call_trace.py)
@@ -617,15 +623,23 @@ def cpu(args: argparse.Namespace) -> str:
             "two rows ran the same with the script and every process it started kept on "
             "CPU 0 (`cpu_bench.py --cpus 0`).",
             "",
-            *both.done(),
+            *one,
             "",
-            "Our round trip against Monarch's: " + (", ".join(ratios) or "failed") + ".",
+            "Our round trip against Monarch's: " + (", ".join(one_ratios) or "failed") + ".",
+            "",
+            "The same for a call to 8 actors, each in a process of its own "
+            "(`call().get()`, `cpu_bench.py --procs 8`; the floor program writes to 8 "
+            "processes and waits for every answer):",
+            "",
+            *eight,
+            "",
+            "Our call to 8 against Monarch's: " + (", ".join(eight_ratios) or "failed") + ".",
             "",
             f"Then ours, {trace.get('matched', 0):,} calls traced with "
             "`tools/bench/call_trace.py`: each process notes the clock as a call enters and "
             "leaves each stage. Noting costs time too: a traced call took "
             f"{f'{total:.0f} µs' if total else '—'} here, against "
-            f"{us(results['ours'], 'latency')} "
+            f"{us(ours_one, 'latency')} "
             "untraced above, so read the shares.",
             "",
             *stages.done(),

@@ -94,8 +94,10 @@ class ActorHost:
         # actor fails meanwhile, they are answered with its failure at once
         self.open_calls: dict[int, dict[str, Any]] = {}
         self.stats = ActorStats()
-        # an async actor's post_urgent work, posted and started: each counter has one writer thread
+        # an async actor's post_urgent work, queued (from any thread, under the lock)
+        # and started (on its loop): its loop takes no message while one is behind
         self.urgent_posted = self.urgent_started = 0
+        self._posting = threading.Lock()
         if self.is_async:
             self.loop = new_event_loop()
             self.mailbox: asyncio.Queue[Any] = asyncio.Queue()
@@ -142,8 +144,9 @@ class ActorHost:
                     self.tasks.add(task)
                     task.add_done_callback(self.tasks.discard)
 
-            self.urgent_posted += 1
             self.loop.call_soon_threadsafe(start)
+            with self._posting:  # counted once queued: the loop never waits for what is not
+                self.urgent_posted += 1
         else:
             self.urgent.append((fn, args))
             self.inbox.put((None, None))  # wakes the thread if it waits for a message
@@ -164,12 +167,12 @@ class ActorHost:
 
     async def _serve_async(self) -> None:
         while True:
-            if self.urgent_posted != self.urgent_started:
+            if self.urgent_started < self.urgent_posted:
                 # a queued message is taken without a turn of the loop, and an endpoint
                 # that never awaits gives none: urgent work (__supervise__) would wait
                 # for the whole backlog. Turns until each posted piece has started, and
                 # one more, in which a task that one made runs up to its first await.
-                while self.urgent_posted != self.urgent_started:
+                while self.urgent_started < self.urgent_posted:
                     await asyncio.sleep(0)
                 await asyncio.sleep(0)
             header, frames = await self.mailbox.get()

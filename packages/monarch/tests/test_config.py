@@ -45,6 +45,14 @@ def test_monarchs_names_are_the_registrys_functions() -> None:
         monarch.configure(max_cast_fanout="many")
 
 
+def test_channel_transport_is_reachable_where_monarchs_scripts_import_it() -> None:
+    from monarch.config import ChannelTransport  # as Monarch's own tests do
+    from monarch_transport import BindSpec
+
+    with monarch.config.configured(default_transport=ChannelTransport.Unix) as config:
+        assert config["default_transport"] == BindSpec(ChannelTransport.Unix)
+
+
 def test_every_installed_packages_settings_are_known_before_it_is_imported() -> None:
     probe = (
         "import monarch_config\n"

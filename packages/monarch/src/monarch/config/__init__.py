@@ -25,6 +25,7 @@ from monarch_config import (
     parametrize_config,
     parametrize_config_pointwise,
 )
+from monarch_transport import ChannelTransport  # Monarch's module has it too, for default_transport
 
 __all__ = [
     "Encoding",

@@ -25,7 +25,9 @@ from monarch_config import (
     parametrize_config,
     parametrize_config_pointwise,
 )
-from monarch_transport import ChannelTransport  # Monarch's module has it too, for default_transport
+
+# Monarch's module has it too (not in its __all__), for default_transport
+from monarch_transport import ChannelTransport as ChannelTransport
 
 __all__ = [
     "Encoding",

@@ -180,9 +180,7 @@ def test_an_endpoint_that_raises_is_listed_with_its_exception(job, server) -> No
     _, workers = job
     with pytest.raises(Exception, match="worker exploded on purpose"):
         workers.explode.call().get(timeout=30)  # the caller hears of it; the actors live on
-    listed = [
-        f for f in get(f"{server.url}/v1/failures")["failures"] if MESH in str(f.get("proc"))
-    ]
+    listed = [f for f in get(f"{server.url}/v1/failures")["failures"] if MESH in str(f.get("proc"))]
     assert {f["kind"] for f in listed} == {"error"} and len(listed) == 2, listed
     for failure in listed:
         assert failure["handler"] == "explode" and failure["handler_errors"] == 1
@@ -210,8 +208,11 @@ def test_a_dead_process_keeps_its_name_pid_and_actors(job, server, failures) -> 
     assert [a["name"] for a in shown["actors"]] == ["workers"], shown
     assert shown["actors"][0]["status"] == "failed"
     assert "exited without being asked to stop" in shown["actors"][0]["reason"]
-    reasons = {f["kind"]: f for f in get(f"{server.url}/v1/failures")["failures"]
-               if f.get("address") == victim["address"]}
+    reasons = {
+        f["kind"]: f
+        for f in get(f"{server.url}/v1/failures")["failures"]
+        if f.get("address") == victim["address"]
+    }
     assert set(reasons) == {"proc", "actor"} and reasons["proc"]["what"] == victim["name"]
     # its stacks: refused at once, not a 30 s wait for a 200 with an error in it
     quoted = urllib.request.quote(victim["address"])

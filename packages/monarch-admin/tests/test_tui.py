@@ -615,8 +615,16 @@ def test_bad_arguments_say_what_is_wrong() -> None:
     for expected in ("--addr", "--diagnose", "--token", "--refresh-ms", "examples:", "q quit"):
         assert expected in done.stdout, (expected, done.stdout)
     # Monarch's options, and its refresh default
-    for expected in ("--theme", "doom-nord-light", "--lang", "zh", "--tls-ca", "--tls-cert",
-                     "--tls-key", "default 2000"):
+    for expected in (
+        "--theme",
+        "doom-nord-light",
+        "--lang",
+        "zh",
+        "--tls-ca",
+        "--tls-cert",
+        "--tls-key",
+        "default 2000",
+    ):
         assert expected in done.stdout, (expected, done.stdout)
     done = run_tui("--addr", "127.0.0.1:1", "--theme", "solarized")
     assert done.returncode == 2 and "--theme" in done.stderr, done.stderr
@@ -635,8 +643,9 @@ def test_theme_and_lang(job: Job) -> None:
             assert app.screen_stack[1].query_one("#tree", Tree).border_title == "拓扑"
             assert "更新于" in header(app), header(app)
             await pilot.press("d")
-            await until(pilot, lambda: "项检查通过" in overlay(app), "the diagnostics",
-                        lambda: overlay(app))
+            await until(
+                pilot, lambda: "项检查通过" in overlay(app), "the diagnostics", lambda: overlay(app)
+            )
             assert "管理" in overlay(app) and "网格" in overlay(app), overlay(app)
             await pilot.press("q")
         assert app.return_value == 0

@@ -275,3 +275,29 @@ def test_a_shard_lent_to_a_slice_s_endpoint_stays_nowhere(procs, tmp_path):
         sizes = [call_on_shard_and_fetch(remote(table_size), shard={"gpus": g}) for g in range(2)]
     # taken where it was read, and never lent on the process that has no reader
     assert [size.get(timeout=60) for size in sizes] == before
+
+
+class Holder(Actor):
+    """Keeps the tensor its constructor was given."""
+
+    def __init__(self, state):
+        self.state = state
+
+    @endpoint
+    def add(self, x):
+        return type(self.state).__name__, (x + self.state).tolist()
+
+
+def test_a_distributed_tensor_given_to_spawn_arrives_as_each_actor_s_shard(procs):
+    with procs.activate():
+        rank = procs.rank_tensor("gpus")
+        holders = procs.spawn("holder", Holder, rank * 10)  # a temporary, freed at once
+        answers = holders.add.call(torch.ones(())).get(timeout=60)
+    assert [answer for _, answer in answers] == [("Tensor", 1.0), ("Tensor", 11.0)]
+    other = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        with procs.activate():
+            with pytest.raises(TypeError, match="WRONG_MESH"):
+                other.spawn("holder", Holder, torch.ones(()))
+    finally:
+        other.stop().get(timeout=60)

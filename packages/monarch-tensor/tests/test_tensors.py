@@ -65,6 +65,19 @@ def test_no_mesh_runs_torch_locally_inside_an_active_block(procs):
     assert isinstance(remote, Tensor)
 
 
+def test_a_local_tensor_s_values_are_read_here_inside_an_active_block(procs):
+    local = torch.arange(3.0)  # made outside: a plain tensor, as a fetched shard is
+    with procs.activate():
+        assert local.tolist() == [0.0, 1.0, 2.0]
+        one = fetch_shard(torch.ones(()), hosts=0, gpus=0).get(timeout=60)
+        assert (one.item(), float(one), int(one), bool(one)) == (1.0, 1.0, 1, True)
+        mixed = torch.ones(3) + local  # a local tensor in an operation: on the mesh
+        assert isinstance(mixed, Tensor)
+        with pytest.raises(RuntimeError, match="fetch_shard"):
+            mixed.sum().item()  # a distributed tensor's values are not here
+    assert fetch_shard(mixed, hosts=1, gpus=1).get(timeout=60).tolist() == [1.0, 2.0, 3.0]
+
+
 OPS = {
     "add": lambda x: x + 3,
     "mul": lambda x: x * x,

@@ -137,7 +137,8 @@ def process_address() -> str | None:
 
 
 def transform_arguments(transform: ArgumentTransform) -> None:
-    """Rewrite the arguments of every endpoint call made from this process from now on.
+    """Rewrite the arguments of every endpoint call and every spawn (an actor's
+    constructor arguments) made from this process from now on.
 
     Transforms apply in the order they were registered; registering one twice
     has no effect.

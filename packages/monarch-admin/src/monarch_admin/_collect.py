@@ -104,9 +104,8 @@ def _as_last_seen(info: dict[str, Any], answer: dict[str, Any] | None) -> dict[s
     status = info["status"]
     actors = [dict(actor) for actor in last["actors"]]
     if status in ("exited", "failed"):
-        why = (
-            f"its process {last['name']} (pid {node['pid']}) "
-            + ("exited without being asked to stop" if status == "exited" else "failed")
+        why = f"its process {last['name']} (pid {node['pid']}) " + (
+            "exited without being asked to stop" if status == "exited" else "failed"
         )
         for actor in actors:
             if actor.get("status") not in ("failed", "stopped"):

@@ -403,8 +403,12 @@ class _HTTPServer(ThreadingHTTPServer):
         if isinstance(error, (ConnectionError, TimeoutError)):
             log.debug("mesh admin: %s went away: %s", client_address, error)
             return
-        log.warning("mesh admin: a request from %s failed: %r", client_address, error,
-                    exc_info=log.isEnabledFor(logging.DEBUG))
+        log.warning(
+            "mesh admin: a request from %s failed: %r",
+            client_address,
+            error,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
 
 
 def _forget() -> None:
@@ -453,13 +457,16 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             why = "this mesh admin server needs the job's admin token: " + HOW_TO_GET_THE_TOKEN
             if "token" in query:
-                why = ("the token is not accepted in the URL's query (browser history and "
-                       "logs keep URLs): " + HOW_TO_GET_THE_TOKEN)
+                why = (
+                    "the token is not accepted in the URL's query (browser history and "
+                    "logs keep URLs): " + HOW_TO_GET_THE_TOKEN
+                )
             self._json(401, {"error": why}, authenticate=True)
             return
         if url.path in ACTIONS and method != "POST":
-            self._json(405, {"error": f"{url.path} makes the job's processes work: use POST"},
-                       allow="POST")
+            self._json(
+                405, {"error": f"{url.path} makes the job's processes work: use POST"}, allow="POST"
+            )
             return
         if url.path not in ACTIONS and method != "GET" and url.path in (*API, "/v1"):
             self._json(405, {"error": f"{url.path} is read with GET"}, allow="GET")
@@ -469,8 +476,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ConnectionError:
             raise  # the client went away: nobody to answer (handle_error stays quiet)
         except Exception as error:
-            self._json(500, {"error": f"{type(error).__name__}: {error}",
-                             "traceback": traceback.format_exc()})
+            self._json(
+                500,
+                {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()},
+            )
 
     def _route(self, path: str, query: dict[str, str]) -> None:
         if path == "/v1":
@@ -484,8 +493,13 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/v1/stacks":
             self._stacks(query.get("address") or self._body().get("address"))
         elif path == "/v1/history":
-            self._json(200, {"interval": self.admin._activity.interval,
-                             "samples": self.admin._activity.history()})
+            self._json(
+                200,
+                {
+                    "interval": self.admin._activity.interval,
+                    "samples": self.admin._activity.history(),
+                },
+            )
         elif path == "/v1/failures":
             # what the job shows now too, not only what the last sample saw
             with contextlib.suppress(Exception):
@@ -503,23 +517,33 @@ class _Handler(BaseHTTPRequestHandler):
         self.admin._activity.note(found)
         process = _processes(found).get(address)
         if process is None:
-            self._json(403, {"error": f"{address!r} is not a process of this job (see "
-                             "/v1/topology): the mesh admin only asks the job's own processes"})
+            self._json(
+                403,
+                {
+                    "error": f"{address!r} is not a process of this job (see "
+                    "/v1/topology): the mesh admin only asks the job's own processes"
+                },
+            )
             return
         name = process.get("name") or address
         status = process.get("status") or "running"
         if status != "running":
-            self._json(409, {"error": f"the process {name} is {status}: it has no stacks to show",
-                             "status": status})
+            self._json(
+                409,
+                {
+                    "error": f"the process {name} is {status}: it has no stacks to show",
+                    "status": status,
+                },
+            )
             return
         if "error" in process:  # it did not answer the topology's question just now
-            self._json(504, {"error": f"the process {name} does not answer: "
-                             f"{process['error']}"})
+            self._json(504, {"error": f"the process {name} does not answer: {process['error']}"})
             return
         answer = stacks(address)
         if "error" in answer:
-            self._json(504, {"error": f"the process {name} did not give its stacks: "
-                             f"{answer['error']}"})
+            self._json(
+                504, {"error": f"the process {name} did not give its stacks: {answer['error']}"}
+            )
             return
         self._json(200, answer)
 
@@ -537,8 +561,10 @@ class _Handler(BaseHTTPRequestHandler):
         """Why the request comes from somewhere it must not (403), or ``None``."""
         host = self.headers.get("Host")
         if not self.admin.allows_host(host):
-            return (f"the Host header {host!r} does not name this server (a DNS name pointed at "
-                    f"it, or a misdirected request); use {self.admin.url}")
+            return (
+                f"the Host header {host!r} does not name this server (a DNS name pointed at "
+                f"it, or a misdirected request); use {self.admin.url}"
+            )
         origin = self.headers.get("Origin")
         if origin is not None and origin.lower() != f"http://{str(host).strip().lower()}":
             return f"requests from another origin ({origin!r}) are refused"
@@ -683,4 +709,3 @@ def disable_admin() -> None:
         if _server is not None:
             _server.close()
             _server = None
-

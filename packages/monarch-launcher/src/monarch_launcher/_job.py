@@ -79,6 +79,7 @@ def job_file(path: str) -> str:
     here = hashlib.sha256(os.path.realpath(os.getcwd()).encode()).hexdigest()[:24]
     return str(private_dir("jobs", "cache") / f"{here}.pkl")
 
+
 _SHUTDOWN_TIMEOUT = 30.0  # seconds for attached hosts to shut down in kill()
 
 BATCH_ENV = "MONARCH_BATCH_JOB"

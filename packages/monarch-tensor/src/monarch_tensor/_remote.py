@@ -330,10 +330,10 @@ def _signature(prepared: Prepared) -> tuple[object, ...]:
 def _shards(
     actors: ActorMesh[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Distributed tensor arguments of an endpoint call become references
-    to each receiving process's shard, lent in stream order: the endpoint
-    may read it after the tensor was freed (a temporary, gone as soon as the
-    call is sent)."""
+    """Distributed tensor arguments of an endpoint call, or of a spawn (the
+    actors' constructor arguments), become references to each receiving
+    process's shard, lent in stream order: the actor may read it after the
+    tensor was freed (a temporary, gone as soon as the message is sent)."""
     if not any(isinstance(a, Tensor | list | tuple | dict) for a in (*args, *kwargs.values())):
         return args, kwargs
     leaves, spec = pytree.tree_flatten((args, kwargs))
@@ -343,7 +343,7 @@ def _shards(
     for tensor in tensors:  # all checked before any is lent
         if tensor._ref < 0:
             raise incorrect("a tensor was sent to an endpoint after drop()")
-        _check_same_processes(actors, tensor._mesh, f"an endpoint of {actor_mesh_name(actors)}")
+        _check_same_processes(actors, tensor._mesh, f"actor mesh {actor_mesh_name(actors)}")
     sent = []
     for leaf in leaves:
         if isinstance(leaf, Tensor):

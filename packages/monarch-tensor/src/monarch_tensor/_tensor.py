@@ -459,8 +459,8 @@ class Tensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
         raise TypeError(
-            "a distributed tensor cannot be pickled: pass it to an endpoint of an actor on its "
-            "mesh (each actor gets its own shard) or fetch_shard() it"
+            "a distributed tensor cannot be pickled: pass it to an endpoint of actors on its "
+            "mesh, or to spawn() on its mesh (each actor gets its own shard), or fetch_shard() it"
         )
 
 
@@ -655,13 +655,30 @@ def _op(func: Callable[..., Any]) -> Op:
     return func
 
 
+# What reads a plain (local) tensor's values: under an active mesh these still
+# run here on a local tensor, as in Monarch (``fetch_shard(t).get().item()``,
+# or an endpoint's result, read inside ``activate()``); anything else a local
+# tensor takes part in runs on the mesh.
+_LOCAL_ACCESSORS = frozenset(
+    {
+        torch.Tensor.item,
+        torch.Tensor.tolist,
+        torch.Tensor.__bool__,
+        torch.Tensor.__int__,
+        torch.Tensor.__float__,
+        torch.Tensor.__index__,
+        torch.Tensor.__complex__,
+    }
+)
+
+
 class Mode(TorchFunctionMode):
     """Under an active mesh: torch functions make distributed tensors."""
 
     def __torch_function__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
     ) -> Any:
-        if suspended():
+        if suspended() or (func in _LOCAL_ACCESSORS and args and not isinstance(args[0], Tensor)):
             return func(*args, **(kwargs or {}))
         return dispatch(func, args, kwargs or {})
 

@@ -118,8 +118,8 @@ DEFAULT_TRANSPORT = declare(
     BindSpec(ChannelTransport.Unix),
     env="HYPERACTOR_MESH_DEFAULT_TRANSPORT",
     doc="Where this process and the procs spawned afterwards listen when nothing else "
-    "says: a kind of channel (`ChannelTransport.Unix`, `\"tcp\"` for this host's name, "
-    "`ChannelTransport.TcpWithLocalhost`, `\"local\"`) or an exact address (give port 0, "
+    'says: a kind of channel (`ChannelTransport.Unix`, `"tcp"` for this host\'s name, '
+    '`ChannelTransport.TcpWithLocalhost`, `"local"`) or an exact address (give port 0, '
     "as every proc that inherits it binds it). `enable_transport(...)` in a process, and a "
     "worker's `MONARCH_LISTEN_ADDRESS` for its procs, take precedence; listeners already "
     "open stay where they are. `get_global_config()` shows it as a `BindSpec`.",

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 from monarch_mesh import Point, Shape, Slice
 from monarch_transport import encode
 
+from .._core import extensions
 from .._core.current import current
 from .._core.errors import SupervisionError
 from .._core.extensions import extension
@@ -594,6 +595,8 @@ class ProcMesh(MeshOps):
             mesh._started = Reply()
             mesh._started.set_exception(mesh._refused)
             return mesh  # type: ignore[return-value]
+        if extensions._transforms:  # as an endpoint call's (distributed tensors: their shards)
+            args, kwargs = extensions.transformed(mesh, args, kwargs)
         spawner = current()  # None on the controller: the root client spawns
         creator = ROOT_CREATOR if spawner is None else spawner.actor_instance.as_creator()
         frames = encode((Class, args, kwargs, {"proc_mesh": self._known(), "creator": creator}))

@@ -72,7 +72,8 @@ def extension(name: str, required: bool = True) -> Callable[..., Any] | None:
 
 
 def transform_arguments(transform: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]) -> None:
-    """Rewrite the arguments of every endpoint call made from this process from now on.
+    """Rewrite the arguments of every endpoint call and every spawn (an actor's
+    constructor arguments) made from this process from now on.
 
     Transforms apply in the order they were registered; registering one twice
     has no effect.

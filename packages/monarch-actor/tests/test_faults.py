@@ -92,6 +92,38 @@ def test_sigkill_while_blocked_in_a_sync_endpoint_fails_every_waiting_call(failu
     procs.stop().get(timeout=30)
 
 
+def state_of(pid):
+    """The process's state letter (Z: exited, not yet reaped), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return ""
+
+
+def test_a_send_to_a_killed_process_waits_for_its_exit_status(failures, monkeypatch):
+    """A message sent after a process died finds a broken socket before the
+    process's exit is reported: the call still fails with the exit status."""
+    from monarch_actor._core import router
+
+    monkeypatch.setattr(router, "EXIT_REPORT_GRACE", 30.0)  # the report is held back below
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    victim = procs.spawn("victim", Victim)
+    pid = victim.pid.call_one().get(timeout=30)
+    fork_server = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    os.kill(fork_server, signal.SIGSTOP)  # it reaps the process and reports its exit
+    try:
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: state_of(pid) in ("Z", ""))  # its sockets are closed
+        call = victim.pid.call_one()  # its write fails: the peer is gone
+        with pytest.raises(TimeoutError):
+            call.get(timeout=0.5)  # held for the exit report, not failed with the socket
+    finally:
+        os.kill(fork_server, signal.SIGCONT)
+    with pytest.raises(SupervisionError, match="SIGKILL"):
+        call.get(timeout=30)
+    procs.stop().get(timeout=30)
+
+
 def test_sigkill_during_an_async_call(failures, tmp_path):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     victim = procs.spawn("napping", AsyncVictim)

@@ -152,7 +152,8 @@ class Outbox:
                     for _ in range(sent):
                         self.queue.popleft()
             if sent < 0:
-                self.fail(f"cannot reach {self.address}: {problem}")
+                self.draining = True  # nothing more goes out meanwhile
+                self.runtime.loop.create_task(self._lost(f"cannot reach {self.address}: {problem}"))
                 return
             if not self.queue:
                 return
@@ -177,17 +178,31 @@ class Outbox:
                 with self.lock:
                     self.queue.popleft()
         except (TransportError, OSError) as error:
-            self.fail(f"cannot reach {self.address}: {error}")
+            await self._lost(f"cannot reach {self.address}: {error}")
         finally:
             self.draining = False
 
-    async def _watch(self, sender: Sender) -> None:
-        reason = await sender.wait_closed()
+    async def _lost(self, reason: str) -> None:
+        """The connection broke while sending: fail with ``reason``, but a
+        process started here first gets a moment to report its exit, whose
+        status (a signal, an exit code) says more than a broken socket."""
+        try:
+            await self._exit_reported()
+            self.fail(reason)  # nothing, if the exit report failed it first
+        finally:
+            self.draining = False
+
+    async def _exit_reported(self) -> None:
+        """Until this outbox failed, for at most ``EXIT_REPORT_GRACE``, where
+        the peer's exit will be reported (a process started here)."""
         if self.runtime.exit_will_be_reported(self.address):
-            # a process started here: its exit status says more than a closed socket
             deadline = self.runtime.loop.time() + EXIT_REPORT_GRACE
             while self.failure is None and self.runtime.loop.time() < deadline:
                 await asyncio.sleep(0.01)
+
+    async def _watch(self, sender: Sender) -> None:
+        reason = await sender.wait_closed()
+        await self._exit_reported()
         if not self.runtime.closing:
             self.fail(f"the connection to {self.address} was lost ({reason})")
 

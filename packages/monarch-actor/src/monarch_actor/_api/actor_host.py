@@ -94,11 +94,11 @@ class ActorHost:
         # actor fails meanwhile, they are answered with its failure at once
         self.open_calls: dict[int, dict[str, Any]] = {}
         self.stats = ActorStats()
-        # an async actor's post_urgent work, queued (from any thread, under the lock)
-        # and started (on its loop): its loop takes no message while one is behind
-        self.urgent_posted = self.urgent_started = 0
-        self._posting = threading.Lock()
         if self.is_async:
+            # its post_urgent work, queued (from any thread, under the lock) and
+            # started (on its loop): the loop takes no message while one is behind
+            self.urgent_posted = self.urgent_started = 0
+            self._posting = threading.Lock()
             self.loop = new_event_loop()
             self.mailbox: asyncio.Queue[Any] = asyncio.Queue()
             target, thread_name = self._run_async, "monarch-actor-event-loop"

@@ -309,8 +309,11 @@ def send(
 def _value_mesh_over(shape: Shape) -> Any:
     """How the replies to a call on ``shape`` become a ``ValueMesh`` of the
     same extent (its ranks relative to the call's mesh)."""
+    return functools.partial(ValueMesh._row_major, _row_major_over(shape))
 
-    def finish(values: list[Any]) -> ValueMesh[Any]:
-        return ValueMesh(Shape(shape.labels, Slice.new_row_major(shape.extent.sizes)), values)
 
-    return finish
+@functools.lru_cache(maxsize=256)
+def _row_major_over(shape: Shape) -> Shape:
+    """``shape``'s labels and sizes over ranks 0 to n-1 (kept: a mesh is
+    called with the same shape again and again)."""
+    return Shape(shape.labels, Slice.new_row_major(shape.extent.sizes))

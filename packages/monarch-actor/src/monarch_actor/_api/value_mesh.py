@@ -51,6 +51,16 @@ class ValueMesh(MeshOps, Generic[R]):
         # values indexed by the shape's own ranks, so slices can share them
         self._by_rank = dict(zip(base, values, strict=True))
 
+    @classmethod
+    def _row_major(cls, shape: Shape, values: list[R]) -> ValueMesh[R]:
+        """``ValueMesh(shape, values)`` for a ``shape`` whose ranks are 0 to
+        n-1 in row-major order (a call's replies), without walking it."""
+        if len(values) != len(shape):
+            return cls(shape, values)  # the error
+        mesh: ValueMesh[R] = cls.__new__(cls)
+        mesh._shape, mesh._by_rank = shape, dict(enumerate(values))
+        return mesh
+
     def _new_with_shape(self, shape: Shape) -> ValueMesh[R]:
         mesh: ValueMesh[R] = ValueMesh.__new__(ValueMesh)
         mesh._shape, mesh._by_rank = shape, self._by_rank

@@ -61,6 +61,10 @@ _CALL, _SKIP = Kind.CALL, Kind.SKIP
 _PER_BRANCH = frozenset(
     {Key.BRANCH, Key.DESTS, Key.SEQS}
 )  # what each branch's header has of its own
+# ... and what is not in the shared part either, though every branch has the
+# same: a call's own reply port would make every shared part new, which its
+# receivers would then unpack each time instead of once
+_UNSHARED = _PER_BRANCH | {Key.REPLY_TO}
 # a call whose payload is at most this many bytes goes straight to each of its
 # ranks when they are few (see Runtime.cast)
 DIRECT_CALL = 1 << 16
@@ -491,19 +495,18 @@ class Runtime:
             self.send_frames(addresses[lo], [encode_header(header), *payload], batch)
             return
         # the entries every branch shares are packed once
-        shared = SharedHeader(
-            {k: v for k, v in header.items() if k not in _PER_BRANCH} if received else header
-        )
+        shared = SharedHeader({k: v for k, v in header.items() if k not in _UNSHARED})
+        reply_to = header.get(Key.REPLY_TO)
         for branch in children:
             lo, hi = branch.first - first, branch.stop - first
-            head = shared.frame(
-                {
-                    Key.BRANCH: [branch.first, branch.stop],
-                    Key.DESTS: list(addresses[lo:hi]),
-                    Key.SEQS: list(seqs[lo:hi]),
-                }
-            )
-            self.send_frames(addresses[lo], [head, *payload], batch)
+            own = {
+                Key.BRANCH: [branch.first, branch.stop],
+                Key.DESTS: list(addresses[lo:hi]),
+                Key.SEQS: list(seqs[lo:hi]),
+            }
+            if reply_to is not None:
+                own[Key.REPLY_TO] = reply_to
+            self.send_frames(addresses[lo], [shared.frame(own), *payload], batch)
 
     def _forward(self, header: dict[str, Any], frames: Frames) -> None:
         first = header[Key.BRANCH][0]

@@ -90,3 +90,33 @@ def test_direct_and_forwarded_messages_are_numbered_on_one_count(sent: Any) -> N
         for address, n in zip(header[Key.DESTS], header[Key.SEQS], strict=True):
             numbers.setdefault(address, []).append(n)
     assert numbers == {address: [1, 2] for address in addresses}
+
+
+def test_calls_to_the_same_ranks_share_one_packed_header_part() -> None:
+    """Each call has a reply port of its own, yet the part of the header
+    every branch shares is the same bytes call after call: a receiver
+    unpacks it once (it keeps the shared parts it has seen), not with every
+    call."""
+    loop = asyncio.new_event_loop()
+    runtime = Runtime(loop, SimpleNamespace(address=OWN), "controller")  # type: ignore[arg-type]
+    heads: list[bytes] = []
+    runtime.send_frames = lambda address, frames, batch=False: heads.append(  # type: ignore[method-assign]
+        bytes(frames[0])
+    )
+    addresses = hosts(1, 4)
+    try:
+        for port in (1, 2):
+            header = {Key.KIND: Kind.CALL, Key.ACTOR: "actor-1", Key.OP: "call"}
+            header[Key.REPLY_TO] = [OWN, port]
+            shape = Shape(["procs"], Slice.new_row_major([len(addresses)]))
+            runtime.cast(shape, addresses, header, [encode_header(header), b"x"])
+    finally:
+        loop.close()
+    assert len(heads) == 8
+    assert [decode_header([h])[Key.REPLY_TO] for h in heads] == [[OWN, 1]] * 4 + [[OWN, 2]] * 4
+
+    def shared(head: bytes) -> bytes:
+        size = int.from_bytes(head[1:5], "little")
+        return head[1 : 5 + size]
+
+    assert len({shared(h) for h in heads}) == 1

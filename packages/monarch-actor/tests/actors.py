@@ -87,6 +87,17 @@ class Probe(Actor):
         return threading.Lock()
 
     @endpoint
+    def driver_ended(self, ident: int, timeout: float) -> bool:
+        """Whether the sync actor thread ``ident`` of this process has ended,
+        waiting for it (a join) at most ``timeout`` seconds."""
+        for thread in threading.enumerate():
+            # the name too: a dead thread's ident can be given to another
+            if thread.ident == ident and thread.name == "monarch-actor-driver":
+                thread.join(timeout)
+                return not thread.is_alive()
+        return True
+
+    @endpoint
     def echo(self, value: object) -> object:
         return value
 
@@ -209,6 +220,10 @@ class Victim(Actor):
         return os.getpid()
 
     @endpoint
+    def thread_ident(self) -> int:
+        return threading.get_ident()
+
+    @endpoint
     def env(self, names: list[str]) -> list[str | None]:
         return [os.environ.get(name) for name in names]
 
@@ -255,12 +270,18 @@ class AsyncVictim(Actor):
 
 
 class BadInit(Actor):
-    def __init__(self) -> None:
+    def __init__(self, log: str = "") -> None:
+        self.log = log
+        if log:
+            note(log, f"init {threading.get_ident()}")
         raise ValueError("no config file")
 
     @endpoint
     def ping(self) -> int:
         return 1
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        note(self.log, "cleanup")  # must not run: __init__ did not finish
 
 
 class Supervisor(Actor):

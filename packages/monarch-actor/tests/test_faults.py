@@ -18,6 +18,7 @@ from actors import (
     AsyncSupervisor,
     AsyncVictim,
     BadInit,
+    Probe,
     Supervisor,
     Victim,
 )
@@ -180,6 +181,40 @@ def test_init_raising_fails_the_spawn_with_that_error(failures):
         bad.ping.call().get(timeout=10)
     assert wait_for(lambda: len(failures) == 2)  # each rank, once
     assert sorted(r for f in failures for r in f.crashed_ranks) == [0, 1]
+    procs.stop().get(timeout=30)
+
+
+def test_a_failed_sync_actors_thread_ends_after_its_cleanup(failures, tmp_path):
+    """As Monarch's driver: once the actor failed and its __cleanup__ ran,
+    its thread ends; the process answers its later calls with the failure,
+    and stops as usual."""
+    log = str(tmp_path / "log")
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    probe = procs.spawn("probe", Probe)
+    victim = procs.spawn("victim", Victim, log)
+    ident = victim.thread_ident.call_one().get(timeout=30)
+    victim.die.broadcast("raise")
+    victim.block.broadcast(0.0, str(tmp_path / "after"))  # queued behind: never runs
+    assert probe.driver_ended.call_one(ident, 30.0).get(timeout=60)
+    assert "cleanup 0 ValueError" in read(log)
+    assert not os.path.exists(tmp_path / "after")
+    with pytest.raises(SupervisionError, match="a bad batch"):
+        victim.pid.call_one().get(timeout=10)
+    procs.stop().get(timeout=30)
+
+
+def test_an_actor_whose_init_raised_has_no_cleanup_and_its_thread_ends(failures, tmp_path):
+    log = str(tmp_path / "log")
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    probe = procs.spawn("probe", Probe)
+    bad = procs.spawn("bad", BadInit, log)
+    with pytest.raises(ActorError, match="no config file"):
+        bad.initialized.get(timeout=30)
+    ident = int(read(log).split()[1])
+    assert probe.driver_ended.call_one(ident, 30.0).get(timeout=60)
+    assert "cleanup" not in read(log)
+    with pytest.raises(SupervisionError, match="__init__ of bad raised"):
+        bad.ping.call_one().get(timeout=10)
     procs.stop().get(timeout=30)
 
 

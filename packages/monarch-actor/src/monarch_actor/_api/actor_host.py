@@ -109,6 +109,9 @@ class ActorHost:
                 collections.deque()
             )
             target, thread_name = self._run_sync, "monarch-actor-driver"
+            # set (on the control loop) once the failed actor's thread has ended:
+            # the loop then answers its messages itself
+            self.thread_gone = False
         self.post(header, frames)
         self.thread = threading.Thread(target=target, name=thread_name, daemon=True)
         self.thread.start()
@@ -124,6 +127,8 @@ class ActorHost:
             self.runtime.loop.call_later(stop_actor_timeout(), self._stop_overdue, header, why)
         if self.is_async:
             self.loop.call_soon_threadsafe(self.mailbox.put_nowait, (header, frames))
+        elif self.thread_gone:
+            self._step(header, frames)  # failed and cleaned up: only answers are left
         else:
             self.inbox.put((header, frames))
 
@@ -147,7 +152,7 @@ class ActorHost:
             self.loop.call_soon_threadsafe(start)
             with self._posting:  # counted once queued: the loop never waits for what is not
                 self.urgent_posted += 1
-        else:
+        elif not self.thread_gone:  # (once it is, the actor has failed: nothing is left to do)
             self.urgent.append((fn, args))
             self.inbox.put((None, None))  # wakes the thread if it waits for a message
 
@@ -159,6 +164,23 @@ class ActorHost:
                 fn(*args)
             if header is not None and self._step(header, frames) is _STOP:
                 return
+            if self.failure is not None and self.cleaned:
+                # failed, and __cleanup__ has run: the thread ends, as Monarch's
+                # driver does, and the control loop answers what is left
+                self.runtime.call_soon(self._thread_ended)
+                return
+
+    def _thread_ended(self) -> None:
+        """On the control loop, after a failed sync actor's thread ended:
+        answer what it left queued, and from now on each message as it comes."""
+        self.thread_gone = True
+        while True:
+            try:
+                header, frames = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if header is not None:
+                self._step(header, frames)
 
     def _run_async(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -217,6 +239,7 @@ class ActorHost:
             self.instance = cls.__new__(cls)
             self.instance.__init__(*args, **kwargs)
         except Exception as error:
+            self.instance = None  # half made: no __cleanup__ runs on it, as in Monarch
             # the owner hears of the failure before the answer: by the time the
             # caller sees `initialized` fail, the proc mesh refuses new spawns
             self._fail(f"__init__ of {self.name} raised:\n{remote_traceback(error)}", error)

@@ -88,6 +88,7 @@ class ActorHost:
         self.stopped: str | None = None
         self.requested: tuple[str, str] | None = None  # ("stop" | "abort", reason)
         self.cleaned = False  # __cleanup__ ran (it runs once, on stop or on failure)
+        self.constructed = False  # its __init__ returned
         self._stopping = threading.Lock()  # the thread and the control loop may both stop it
         self.tasks: set[asyncio.Task[Any]] = set()
         # calls of an async actor whose caller awaits an answer not yet sent: if the
@@ -238,8 +239,8 @@ class ActorHost:
         try:
             self.instance = cls.__new__(cls)
             self.instance.__init__(*args, **kwargs)
+            self.constructed = True  # else half made: no __cleanup__ runs on it, as in Monarch
         except Exception as error:
-            self.instance = None  # half made: no __cleanup__ runs on it, as in Monarch
             # the owner hears of the failure before the answer: by the time the
             # caller sees `initialized` fail, the proc mesh refuses new spawns
             self._fail(f"__init__ of {self.name} raised:\n{remote_traceback(error)}", error)
@@ -460,7 +461,7 @@ class ActorHost:
         self.cleaned = True
         self.supervision.stop_owned(self.key, reason, cleanup_timeout())
         cleanup = getattr(self.instance, "__cleanup__", None)
-        if cleanup is None or self.instance is None:
+        if cleanup is None or not self.constructed:
             return
         token = set_current(Context(self.me, self.rank))  # type: ignore[arg-type]
         try:
@@ -496,7 +497,7 @@ class ActorHost:
             # executor, which refuses work once the interpreter is shutting down
             await _in_thread(self.supervision.stop_owned, self.key, reason, cleanup_timeout())
         cleanup = getattr(self.instance, "__cleanup__", None)
-        if cleanup is None or self.instance is None:
+        if cleanup is None or not self.constructed:
             return
         token = set_current(Context(self.me, self.rank))  # type: ignore[arg-type]
         try:

@@ -271,7 +271,10 @@ def test_an_unhandled_failure_climbs_to_the_hook_with_its_chain(failures):
     assert wait_for(lambda: failures)
     (failure,) = failures
     assert failure.mesh_name == boss._key
-    assert "did not handle a supervision event from its child" in failure.report()
+    assert "did not handle a supervision event from its child" in str(failure)
+    # the report names the actor that failed first, as Monarch's does
+    assert failure.report().startswith(f"The actor {failure.chain[-1].actor} and all its")
+    assert "exited with non-zero code 3" in failure.report()
     assert [f.mesh_name.split("-")[0] for f in failure.chain] == ["boss", "worker"]
     assert "exited with non-zero code 3" in failure.chain[-1].reason
     with pytest.raises(SupervisionError, match="did not handle"):
@@ -319,7 +322,8 @@ def test_a_failure_left_unhandled_fails_the_calls_in_flight_with_the_first_failu
     with pytest.raises(SupervisionError, match=words):
         owner.fail_child_then_wait.call_one().get(timeout=30)
     assert wait_for(lambda: failures)
-    assert "did not handle a supervision event from its child" in failures[0].report()
+    assert "did not handle a supervision event from its child" in str(failures[0])
+    assert "AsyncPanicker child" in failures[0].report()
     procs.stop().get(timeout=30)
 
 

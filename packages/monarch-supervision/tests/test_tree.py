@@ -199,6 +199,7 @@ def test_a_mesh_failure_prints_readably_and_pickles_with_its_chain():
     assert str(child).startswith("MeshFailure(mesh_name=w-abc, crashed_ranks=[1], event=")
     assert child.report().startswith("The actor <root>.<W w{'gpus': 1/2}> and all its")
     assert "  ValueError: x" in child.report()  # the reason is indented under the headline
+    assert parent.report() == child.report()  # as Monarch's: the actor that failed first
     assert pickle.loads(pickle.dumps(parent)) == parent
     assert parent.chain == [parent, child]
     assert parent.mesh == ()

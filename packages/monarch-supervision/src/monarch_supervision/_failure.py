@@ -65,9 +65,13 @@ class MeshFailure:
         return chain
 
     def report(self) -> str:
-        """The failure as text for people: which actor failed, then the reason, indented."""
-        return f"The actor {self.actor} and all its descendants have failed:\n" + textwrap.indent(
-            self.reason, "  "
+        """The failure as text for people, as Monarch writes it: the actor that
+        failed first (the last of ``chain``: an owner that did not handle its
+        child's failure escalates it, and the child's is what went wrong),
+        then its reason, indented. ``str()`` has the whole chain."""
+        first = self.chain[-1]
+        return f"The actor {first.actor} and all its descendants have failed:\n" + textwrap.indent(
+            first.reason, "  "
         )
 
     def __str__(self) -> str:

@@ -147,6 +147,21 @@ def test_mixing_sync_and_async_endpoints_is_refused(procs):
         procs.spawn("mixed", Mixed)
 
 
+@pytest.mark.parametrize("hook", ["__cleanup__", "__supervise__", "_handle_undeliverable_message"])
+def test_a_sync_actor_with_an_async_hook_is_refused_in_monarchs_words(procs, hook):
+    class SyncWithAsyncHook(Actor):
+        @endpoint
+        def ping(self) -> int:
+            return 1
+
+    async def hook_body(self, *args):
+        return None
+
+    setattr(SyncWithAsyncHook, hook, hook_body)
+    with pytest.raises(ValueError, match=f"is a sync actor .* but has an async {hook}"):
+        procs.spawn("mismatched", SyncWithAsyncHook)
+
+
 def test_meshes_travel_as_references(procs):
     counters = procs.spawn("counters", Counter, 11)
     callers = procs.spawn("callers", Caller)

@@ -291,5 +291,8 @@ def check_actor_class(cls: object) -> bool:
         for hook in ("__cleanup__", "__supervise__", "_handle_undeliverable_message"):
             fn = getattr(cls, hook, None)
             if fn is not None and inspect.iscoroutinefunction(fn):
-                raise ValueError(f"{cls.__qualname__} is a sync actor: its {hook} must be a def")
+                raise ValueError(
+                    f"{cls.__qualname__} is a sync actor (its endpoints are plain defs) but has "
+                    f"an async {hook}: make {hook} a plain def, or the endpoints async defs"
+                )
     return is_async

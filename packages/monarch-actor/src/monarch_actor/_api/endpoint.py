@@ -316,4 +316,4 @@ def _value_mesh_over(shape: Shape) -> Any:
 def _row_major_over(shape: Shape) -> Shape:
     """``shape``'s labels and sizes over ranks 0 to n-1 (kept: a mesh is
     called with the same shape again and again)."""
-    return Shape(shape.labels, Slice.new_row_major(shape.extent.sizes))
+    return shape.extent.region

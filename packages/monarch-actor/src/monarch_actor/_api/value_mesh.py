@@ -54,9 +54,8 @@ class ValueMesh(MeshOps, Generic[R]):
     @classmethod
     def _row_major(cls, shape: Shape, values: list[R]) -> ValueMesh[R]:
         """``ValueMesh(shape, values)`` for a ``shape`` whose ranks are 0 to
-        n-1 in row-major order (a call's replies), without walking it."""
-        if len(values) != len(shape):
-            return cls(shape, values)  # the error
+        n-1 in row-major order, with one value per rank (a call's replies,
+        which its gatherer counts), without walking it."""
         mesh: ValueMesh[R] = cls.__new__(cls)
         mesh._shape, mesh._by_rank = shape, dict(enumerate(values))
         return mesh

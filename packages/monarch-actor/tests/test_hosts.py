@@ -3,6 +3,7 @@ worker per host (``run_worker_loop_forever``), the test process attaching to
 them as the controller. (Hosts in network namespaces of their own are the
 integration tests' business.)"""
 
+import contextlib
 import os
 import signal
 import socket
@@ -155,31 +156,80 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def test_a_worker_starts_its_fork_server_before_any_controller_attaches():
-    """A proc on another host is forked by a server already running there (its
-    imports done while no controller waited), not one started at attach."""
+def socket_inodes(pid: int) -> set[str]:
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:"):
+                found.add(target)
+    return found
+
+
+def fork_server_of(worker: int) -> int:
+    """The worker's fork server: its only child, there before any controller attaches."""
+    deadline = time.monotonic() + 30
+    servers: list[int] = []
+    while not servers and time.monotonic() < deadline:
+        servers = children_of(worker)
+        time.sleep(0.05)
+    assert len(servers) == 1, f"no fork server before a controller attached: {servers}"
+    return servers[0]
+
+
+def test_a_worker_forks_its_fork_server_before_any_controller_attaches():
+    """A proc on another host is forked by a server already running there,
+    not one started at attach; the server is the worker itself, forked before
+    its runtime started (no second interpreter importing the runtime), and
+    neither it nor a proc holds any of the worker's sockets."""
     workers = Workers(1)
     try:
         worker = workers.procs[0].pid
-        deadline = time.monotonic() + 30
-        servers: list[int] = []
-        while not servers and time.monotonic() < deadline:
-            servers = [c for c in children_of(worker) if "_procs.zygote" in cmdline(c)]
-            time.sleep(0.05)
-        assert servers, "the worker started no fork server before a controller attached"
+        server = fork_server_of(worker)
+        assert cmdline(server) == cmdline(worker)  # forked: no interpreter of its own
         hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
-        procs = hosts.spawn_procs(per_host={"gpus": 1})
-        pids = procs.spawn("v", Victim).pid.call().get(timeout=60)
-        assert [parent_of(pid) for _, pid in pids.items()] == servers  # forked by that one
-        with open(f"/proc/{servers[0]}/environ", "rb") as f:
-            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-        folder = env[b"MONARCH_JOB_DIR"].decode()
+        victims = hosts.spawn_procs(per_host={"gpus": 2}).spawn("v", Victim)
+        pids = victims.pid.call().get(timeout=60)
+        assert [parent_of(pid) for _, pid in pids.items()] == [server, server]
+        workers_sockets = socket_inodes(worker)
+        assert workers_sockets  # it listens, and talks to this controller
+        for pid in [server, *(pid for _, pid in pids.items())]:
+            assert not socket_inodes(pid) & workers_sockets, f"{pid} holds a socket of the worker"
+        folders = victims.env.call(["MONARCH_JOB_DIR"]).get(timeout=30)
+        [folder] = {value for _, (value,) in folders.items()}
         assert os.path.isdir(folder)
         hosts.shutdown().get(timeout=60)
         assert workers.procs[0].wait(30) == 0
         assert not os.path.exists(folder)  # the worker's job folder goes with it
+        assert gone([server]) == []
     finally:
         workers.close()
+
+
+THREADED_WORKER = "import threading, time; threading.Thread(target=time.sleep, args=(600,), "
+THREADED_WORKER += "daemon=True).start(); " + WORKER
+
+
+def test_a_worker_with_threads_starts_its_fork_server_as_a_fresh_interpreter():
+    """Forking a process whose other threads may hold locks is not safe: a
+    worker started after its script started a thread runs the bootstrap
+    command for its fork server instead, and serves as well."""
+    job_secret()
+    address = f"tcp://127.0.0.1:{free_port()}"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", THREADED_WORKER, address], start_new_session=True
+    )
+    try:
+        server = fork_server_of(worker.pid)
+        assert "_procs.zygote" in cmdline(server)
+        hosts = attach_to_workers(workers=[address], ca="trust_all_connections")
+        pids = hosts.spawn_procs(per_host={"gpus": 1}).spawn("v", Victim).pid.call().get(60)
+        assert [parent_of(pid) for _, pid in pids.items()] == [server]
+        hosts.shutdown().get(timeout=60)
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
 
 
 def test_a_running_fork_server_imports_what_the_controller_preloads(monkeypatch):

@@ -35,7 +35,7 @@ from ._api.proc_control import (
     stop_local_actors,
 )
 from ._api.singletons import Singletons
-from ._core.config import log_forwarding
+from ._core.config import PRELOAD, log_forwarding
 from ._core.future import Future
 from ._core.process import (
     LISTEN_ENV,
@@ -49,11 +49,12 @@ from ._core.router import Runtime
 from ._core.threads import run_in_thread
 from ._core.wire import Kind, ready_header
 from ._debugger.remote_pdb import install_breakpoint_hook
+from ._procs.agent import start_fork_server
 from ._procs.binding import apply_binding
 from ._procs.log_prefix import install_log_prefix
 from ._procs.logs import capture_output, flush_lines, set_forwarding, show_lines
 from ._procs.table import ProcTables
-from ._procs.worker import HostService
+from ._procs.worker import HostService, worker_preload
 from ._supervision.faults import before_fail_fast_exit
 from ._supervision.supervise import Supervision, start_heartbeats
 from ._telemetry.sdk import start_telemetry
@@ -202,11 +203,23 @@ def run_worker_loop_until_shutdown(
             "loop in a process of its own (`monarch worker --address ...`)"
         )
     prefer_backend(RUNTIME_BACKEND)
+    # the host this worker is reached at (dial's, unless the port is the kernel's pick)
+    where = Address.parse(dial if Address.parse(bind).port != 0 else bind)
+    advertise = ""
+    if where.scheme in ("tcp", "tls"):
+        advertise = where.host if where.host not in ("0.0.0.0", "::") else _own_ip()
+        # the procs forked here listen there, as this worker does (TLS or not)
+        os.environ[LISTEN_ENV] = str(Address(where.scheme, host=advertise, port=0))
+    # the fork server starts with the worker, before its runtime (no thread, no socket
+    # yet), so it is this process forked: no second interpreter importing the runtime
+    preload = worker_preload(PRELOAD.get().strip())
+    server = start_fork_server("worker", PROC_ENTRY, preload, fork=True)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         listener = loop.run_until_complete(listen(bind))
     except OSError as error:
+        server.process.stdin.close()  # the fork server ends with its input
         raise OSError(f"cannot listen at {bind}: {error}") from None
     runtime = Runtime(loop, listener, "worker")
     if dial != str(listener.address) and Address.parse(bind).port != 0:
@@ -214,13 +227,7 @@ def run_worker_loop_until_shutdown(
         runtime.address = runtime.root = dial
     install(runtime)
     wire(runtime)
-    where = Address.parse(runtime.address)
-    advertise = ""
-    if where.scheme in ("tcp", "tls"):
-        advertise = where.host if where.host not in ("0.0.0.0", "::") else _own_ip()
-        # the procs forked here listen there, as this worker does (TLS or not)
-        os.environ[LISTEN_ENV] = str(Address(where.scheme, host=advertise, port=0))
-    service = HostService(runtime, PROC_ENTRY, advertise)
+    service = HostService(runtime, PROC_ENTRY, advertise, server)
     runtime.serve()
     try:
         loop.run_until_complete(runtime.stopped.wait())

@@ -10,8 +10,9 @@ import pickle
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle  # type: ignore[import-untyped]
 import msgpack  # type: ignore[import-untyped]
@@ -22,15 +23,18 @@ from .._core.config import PRELOAD
 from .._core.process import get_runtime, job_dir
 from .._core.router import Runtime
 from .bootstrap import STARTED_BY_ENV, default_bootstrap_cmd
+from .zygote import serve_forked
 
 __all__ = [
     "JOB_DIR_OWNER_ENV",
     "PRELOAD_ENV",
+    "ForkServer",
     "HostAgent",
     "agents",
     "local_agent",
     "preload",
     "start_blob",
+    "start_fork_server",
 ]
 
 JOB_DIR_OWNER_ENV = "MONARCH_AGENT_OWNS_JOB_DIR"
@@ -44,8 +48,109 @@ def preload() -> str:
     return default_bootstrap_cmd().env.get(PRELOAD_ENV) or ""
 
 
+class ForkServer(NamedTuple):
+    """A running fork server: its process (``pid``, ``stdin``, ``wait()``, as
+    a ``subprocess.Popen`` has them) and the descriptor its events come from."""
+
+    process: Any
+    events: int
+
+
+def start_fork_server(role: str, entry: str, preload: str | None, fork: bool = False) -> ForkServer:
+    """Start this process's fork server, whose procs run ``entry``.
+
+    A fresh interpreter runs the default bootstrap command, unless ``fork``
+    and this process has one thread: then the server is this process,
+    forked, and skips the interpreter's start and the runtime's imports (a
+    worker does this before its runtime starts; the server drops what the
+    worker's script set up, see ``zygote.serve_forked``).
+
+    Args:
+        role: this process's role ("controller", "worker", "proc").
+        entry: what each proc runs ("module:function").
+        preload: what the server imports before forking (comma-separated);
+            ``None``: the bootstrap command's choice.
+        fork: fork this process when that is safe.
+    """
+    job_secret()  # made now, so the server and every proc inherit it
+    job_dir()
+    # a script that uses torch will have actors that do: import it once, in the
+    # server (the command's environment says what to preload)
+    command = default_bootstrap_cmd()
+    env = command.environment()
+    if preload is not None:  # a worker's choice: it cannot know its controllers' scripts
+        env[PRELOAD_ENV] = preload
+    env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
+    # the job's folder belongs to the controller: only its server may remove it, when
+    # the controller died without cleaning up (a server started by a proc must not)
+    env[JOB_DIR_OWNER_ENV] = "1" if role in ("controller", "worker") else "0"
+    env[STARTED_BY_ENV] = str(os.getpid())
+    if fork and _one_thread():
+        return _fork_server(entry, env)
+    read, write = os.pipe()
+    process = subprocess.Popen(
+        [*command.argv(), str(write), entry],
+        executable=command.program,
+        stdin=subprocess.PIPE,
+        pass_fds=(write,),
+        env=env,
+    )
+    os.close(write)
+    return ForkServer(process, read)
+
+
+def _one_thread() -> bool:
+    """Whether this process runs one thread only (native threads counted):
+    forking it then copies no lock that another thread holds."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # no /proc: not known, so no
+        return False
+
+
+def _fork_server(entry: str, env: dict[str, str]) -> ForkServer:
+    commands, orders = os.pipe()
+    events, tell = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        serve_forked(parent, commands, tell, entry, env)
+    os.close(commands)
+    os.close(tell)
+    return ForkServer(_Forked(pid, orders), events)
+
+
+class _Forked:
+    """A fork server forked from this process: what the agent uses of a
+    ``subprocess.Popen``."""
+
+    def __init__(self, pid: int, orders: int) -> None:
+        self.pid = pid
+        self.stdin = os.fdopen(orders, "wb")
+
+    def wait(self, timeout: float) -> int | None:
+        """Its exit code, once it exits within ``timeout`` seconds (None: it
+        was reaped elsewhere).
+
+        Raises:
+            subprocess.TimeoutExpired: it still runs.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"fork server {self.pid}", timeout)
+            time.sleep(0.01)  # as subprocess.Popen.wait(timeout) polls
+
+
 class HostAgent:
-    """The fork server of this host, started on first use, and the procs it started."""
+    """The fork server of this host, started on first use (or given, as
+    ``start_fork_server`` made it), and the procs it started."""
 
     hostname = socket.gethostname()
 
@@ -56,6 +161,7 @@ class HostAgent:
         entry: str,
         on_spawned: Callable[[Any, int, int], None] | None = None,
         preload: str | None = None,
+        server: ForkServer | None = None,
     ) -> None:
         self.runtime = runtime
         self.on_exit = on_exit  # (proc table, rank, exit code, its last words), on the loop
@@ -65,29 +171,9 @@ class HostAgent:
         self.ids = itertools.count()
         self.owners: dict[int, tuple[Any, int]] = {}  # pid -> (table, rank)
         self.spawning: dict[int, tuple[Any, int]] = {}  # request id -> (table, rank)
-        read, write = os.pipe()
-        job_secret()  # made now, so the agent and every proc inherit it
-        job_dir()
-        # a script that uses torch will have actors that do: import it once, in the
-        # agent (the command's environment says what to preload)
-        command = default_bootstrap_cmd()
-        env = command.environment()
-        if preload is not None:  # a worker's choice: it cannot know its controllers' scripts
-            env[PRELOAD_ENV] = preload
-        env.setdefault(SECRET_ENV, os.environ[SECRET_ENV])
-        # the job's folder belongs to the controller: only its agent may remove it, when
-        # the controller died without cleaning up (an agent started by a proc must not)
-        env[JOB_DIR_OWNER_ENV] = "1" if runtime.role in ("controller", "worker") else "0"
-        env[STARTED_BY_ENV] = str(os.getpid())
-        self.process = subprocess.Popen(
-            [*command.argv(), str(write), entry],
-            executable=command.program,
-            stdin=subprocess.PIPE,
-            pass_fds=(write,),
-            env=env,
-        )
-        os.close(write)
-        self.events = read
+        if server is None:
+            server = start_fork_server(runtime.role, entry, preload)
+        self.process, self.events = server
         threading.Thread(target=self._read_events, name="monarch-host-agent", daemon=True).start()
 
     def spawn(

@@ -26,7 +26,7 @@ from .._core.config import PRELOAD
 from .._core.process import job_dir
 from .._core.router import Frames, Runtime
 from .._core.wire import Key, Kind
-from .agent import HostAgent
+from .agent import ForkServer, HostAgent
 from .gpus import host_gpus
 
 __all__ = ["BEAT", "HostService", "host_event", "worker_preload"]
@@ -52,8 +52,15 @@ class _Started:
 class HostService:
     """This worker's answers to controllers (a runtime service)."""
 
-    def __init__(self, runtime: Runtime, entry: str, advertise_host: str) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        entry: str,
+        advertise_host: str,
+        server: ForkServer | None = None,
+    ) -> None:
         self.runtime = runtime
+        self.server = server  # the fork server, when the worker started it before its runtime
         self.entry = entry
         self.advertise_host = advertise_host
         self.agent: HostAgent | None = None
@@ -117,7 +124,7 @@ class HostService:
     def _agent(self, preload: str | None = None) -> HostAgent:
         if self.agent is None:
             self.agent = HostAgent(
-                self.runtime, self._exited, self.entry, self._spawned, preload=preload
+                self.runtime, self._exited, self.entry, self._spawned, preload, self.server
             )
         return self.agent
 

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import importlib
 import importlib.util
+import logging
 import os
 import select
 import shutil
@@ -34,7 +35,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 
 from .._core.private import alive
-from .bootstrap import PROC_FLAG, STARTED_BY_ENV, proc_environment
+from .bootstrap import FORK_SERVER_MODULE, PROC_FLAG, STARTED_BY_ENV, proc_environment
 from .finalize import finalize, forget_inherited_exit_handlers
 from .logs import release_output
 
@@ -265,6 +266,35 @@ def last_words(pid: int) -> str:
     with contextlib.suppress(OSError):
         os.remove(path)
     return text
+
+
+def serve_forked(parent: int, commands: int, events: int, entry: str, env: dict[str, str]) -> None:
+    """In a child just forked from a worker that imported the runtime and
+    started nothing yet (no thread, no socket): become its fork server
+    without paying for a second interpreter and its imports. What a fresh
+    server would not have is dropped first: every descriptor but stdio, the
+    commands (as stdin) and the events; the signal handlers and logging
+    handlers the worker's script set; its environment, for ``env``."""
+    try:
+        die_with_parent(signal.SIGTERM)
+        os.dup2(commands, 0)
+        os.dup2(events, 3)
+        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        for sig in signal.valid_signals():
+            handler = signal.getsignal(sig)
+            if callable(handler) and handler is not signal.default_int_handler:
+                signal.signal(sig, signal.SIG_DFL)
+        logging.root.handlers.clear()
+        logging.root.setLevel(logging.WARNING)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [FORK_SERVER_MODULE]
+        if os.getppid() != parent:  # the worker died before we got here
+            os._exit(0)
+        preload(entry.partition(":")[0])
+        Zygote(3, entry).serve()
+    finally:
+        os._exit(1)  # serve() ends with os._exit(0): only a failure gets here
 
 
 def main() -> None:

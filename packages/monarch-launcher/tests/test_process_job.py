@@ -12,6 +12,7 @@ import textwrap
 import pytest
 from launcher_actors import Probe, parent_of
 
+from monarch_actor.testing import gone
 from monarch_launcher import (
     DEFAULT_JOB_PATH,
     JobError,
@@ -230,15 +231,54 @@ def test_hosts_from_config_starts_two_local_workers_that_end_with_the_script(in_
         hosts = hosts_from_config("MONARCH_HOSTS")
         procs = hosts.spawn_procs(per_host={"gpus": 2})
         pids = procs.spawn("p", Probe).pid.call().get(timeout=60)
-        workers = sorted({parent_of(parent_of(pid)) for _, pid in pids.items()})
-        print(json.dumps({"extent": dict(procs.extent.items()), "workers": workers}))
+        servers = sorted({parent_of(pid) for _, pid in pids.items()})
+        workers = sorted({parent_of(server) for server in servers})
+        def cmdline(pid):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read().decode()
+        forked = [cmdline(server) == cmdline(parent_of(server)) for server in servers]
+        print(json.dumps({"extent": dict(procs.extent.items()), "workers": workers,
+                          "forked": forked}))
     """,
     )
     seen = json.loads(out)
     assert seen["extent"] == {"hosts": 2, "gpus": 2}
     assert len(seen["workers"]) == 2
+    # a worker that watches its script's end runs one thread: its fork server is itself, forked
+    assert seen["forked"] == [True, True]
     for pid in seen["workers"]:  # the script ended: so did its workers
         assert LocalProcess(pid, None).wait_exit(30)
+
+
+def test_local_workers_end_when_their_script_is_killed(in_tmp):
+    """Killed, the script runs no exit handler: its workers see their lifeline
+    (a pipe it held) close, and end with their fork servers and procs."""
+    path = in_tmp / "killed.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+            os.environ.pop("MONARCH_HOSTS", None)
+            from monarch_launcher import hosts_from_config
+            from launcher_actors import Probe, parent_of
+            hosts = hosts_from_config("MONARCH_HOSTS")
+            pids = [p for _, p in hosts.spawn_procs().spawn("p", Probe).pid.call().get(60).items()]
+            servers = [parent_of(pid) for pid in pids]
+            print(*pids, *servers, *(parent_of(server) for server in servers), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
+    script = subprocess.Popen(
+        [sys.executable, str(path)], cwd=in_tmp, env=env, stdout=subprocess.PIPE, text=True
+    )
+    with script:
+        # the line only: the workers hold the output open until they end
+        everyone = [int(pid) for pid in script.stdout.readline().split()]
+        assert script.wait(60) == -signal.SIGKILL
+    assert len(everyone) == 6  # two procs, two fork servers, two workers
+    assert gone(everyone, timeout=30) == []
 
 
 def test_hosts_from_config_attaches_to_the_listed_workers(in_tmp, monkeypatch):

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
+import signal
 import socket
 import stat
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -173,18 +174,29 @@ def _check_ipc(path: str, address: str) -> None:
 
 def _watch_lifeline(fd: int) -> None:
     """Exit this process once ``fd`` (the read end of a pipe whose write end
-    the launching script holds) reads end-of-file: that script has ended."""
+    the launching script holds) reads end-of-file: that script has ended.
 
-    def watch() -> None:
-        with contextlib.suppress(OSError):
+    The kernel says so with ``SIGIO``, not a thread: a worker with one thread
+    forks its fork server from itself (see ``run_worker_loop_forever``)."""
+
+    def ended(*_: object) -> None:
+        try:
             while os.read(fd, 4096):
                 pass
+        except BlockingIOError:
+            return  # nothing to read, and no end-of-file: the script lives
+        except OSError:
+            pass  # the pipe is unreadable: as good as ended
         log.info("the script that started this worker ended: exiting")
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
 
-    threading.Thread(target=watch, name="monarch-worker-lifeline", daemon=True).start()
+    os.set_blocking(fd, False)
+    signal.signal(signal.SIGIO, ended)
+    fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+    ended()  # the script may have ended before the kernel was asked to tell
 
 
 def serve(

@@ -23,7 +23,6 @@ from .._core.config import PRELOAD
 from .._core.process import get_runtime, job_dir
 from .._core.router import Runtime
 from .bootstrap import STARTED_BY_ENV, default_bootstrap_cmd
-from .zygote import serve_forked
 
 __all__ = [
     "JOB_DIR_OWNER_ENV",
@@ -109,6 +108,10 @@ def _one_thread() -> bool:
 
 
 def _fork_server(entry: str, env: dict[str, str]) -> ForkServer:
+    # imported here: the bootstrap command runs that module as __main__, which
+    # warns when the package's import has already put it in sys.modules
+    from .zygote import serve_forked
+
     commands, orders = os.pipe()
     events, tell = os.pipe()
     parent = os.getpid()

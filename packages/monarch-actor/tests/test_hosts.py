@@ -167,27 +167,25 @@ def socket_inodes(pid: int) -> set[str]:
 
 
 def fork_server_of(worker: int) -> int:
-    """The worker's fork server: its only child, there before any controller attaches."""
-    deadline = time.monotonic() + 30
-    servers: list[int] = []
-    while not servers and time.monotonic() < deadline:
-        servers = children_of(worker)
-        time.sleep(0.05)
-    assert len(servers) == 1, f"no fork server before a controller attached: {servers}"
+    """The worker's fork server: its only child, once it answers a controller
+    (it starts the server before it serves)."""
+    servers = children_of(worker)
+    assert len(servers) == 1, f"the worker's children: {servers}"
     return servers[0]
 
 
-def test_a_worker_forks_its_fork_server_before_any_controller_attaches():
-    """A proc on another host is forked by a server already running there,
-    not one started at attach; the server is the worker itself, forked before
-    its runtime started (no second interpreter importing the runtime), and
-    neither it nor a proc holds any of the worker's sockets."""
+def test_a_worker_forks_its_fork_server_before_it_serves():
+    """A proc on another host is forked by a server already running when the
+    worker answers a controller; the server is the worker itself, forked
+    before its runtime started (no second interpreter importing the
+    runtime), and neither it nor a proc holds any of the worker's sockets."""
     workers = Workers(1)
     try:
         worker = workers.procs[0].pid
+        hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+        assert hosts.initialized.get(timeout=60) is True
         server = fork_server_of(worker)
         assert cmdline(server) == cmdline(worker)  # forked: no interpreter of its own
-        hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
         victims = hosts.spawn_procs(per_host={"gpus": 2}).spawn("v", Victim)
         pids = victims.pid.call().get(timeout=60)
         assert [parent_of(pid) for _, pid in pids.items()] == [server, server]
@@ -220,9 +218,10 @@ def test_a_worker_with_threads_starts_its_fork_server_as_a_fresh_interpreter():
         [sys.executable, "-c", THREADED_WORKER, address], start_new_session=True
     )
     try:
+        hosts = attach_to_workers(workers=[address], ca="trust_all_connections")
+        assert hosts.initialized.get(timeout=60) is True
         server = fork_server_of(worker.pid)
         assert "_procs.zygote" in cmdline(server)
-        hosts = attach_to_workers(workers=[address], ca="trust_all_connections")
         pids = hosts.spawn_procs(per_host={"gpus": 1}).spawn("v", Victim).pid.call().get(60)
         assert [parent_of(pid) for _, pid in pids.items()] == [server]
         hosts.shutdown().get(timeout=60)

@@ -34,10 +34,6 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.hashes import SHA256
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from ._config import INTEGRITY
 from ._errors import AuthenticationError
 
@@ -146,6 +142,11 @@ def derive_key(
     Returns:
         A 32-byte key, for ``Sealer`` and ``Opener``.
     """
+    # cryptography is imported when a connection first needs it: loading it
+    # costs every process ~9 ms at start, and processes on Unix sockets never do
+    from cryptography.hazmat.primitives.hashes import SHA256
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     return HKDF(
         algorithm=SHA256(),
         length=32,
@@ -164,6 +165,8 @@ class _Tagger:
     def __init__(self, key: bytes) -> None:
         # keyed once per connection; each message copies it (cheaper than keying)
         self._keyed = hashlib.blake2b(key=key, digest_size=TAG)
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # see derive_key
+
         pieces_key = hashlib.blake2b(b"gmac pieces", key=key, digest_size=16).digest()
         self._gmac = AESGCM(pieces_key)
 

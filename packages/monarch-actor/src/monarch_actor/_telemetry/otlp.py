@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gzip
 import http
-import http.client
 import logging
 import os
 import ssl
@@ -338,6 +337,8 @@ def _backoff(attempt: int, deadline: float) -> bool:
 
 
 def _http_sender(settings: OtlpSettings) -> Send:
+    import http.client  # here: with the email parser it loads, ~8 ms of every process's start
+
     url = urllib.parse.urlsplit(settings.endpoint)
     if url.scheme not in ("http", "https") or not url.hostname:
         raise ValueError(

@@ -219,7 +219,7 @@ def run_worker_loop_until_shutdown(
     try:
         listener = loop.run_until_complete(listen(bind))
     except OSError as error:
-        server.process.stdin.close()  # the fork server ends with its input
+        server.stop()
         raise OSError(f"cannot listen at {bind}: {error}") from None
     runtime = Runtime(loop, listener, "worker")
     if dial != str(listener.address) and Address.parse(bind).port != 0:

@@ -7,10 +7,10 @@ import contextlib
 import itertools
 import os
 import pickle
+import select
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -48,11 +48,16 @@ def preload() -> str:
 
 
 class ForkServer(NamedTuple):
-    """A running fork server: its process (``pid``, ``stdin``, ``wait()``, as
-    a ``subprocess.Popen`` has them) and the descriptor its events come from."""
+    """A running fork server: its process (a fresh interpreter's ``Popen``, or
+    this process forked) and the descriptor its events come from."""
 
-    process: Any
+    process: subprocess.Popen[bytes] | _Forked
     events: int
+
+    def stop(self) -> None:
+        """End the server (and the procs it started): it exits when its input closes."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
 
 
 def start_fork_server(role: str, entry: str, preload: str | None, fork: bool = False) -> ForkServer:
@@ -138,17 +143,19 @@ class _Forked:
         Raises:
             subprocess.TimeoutExpired: it still runs.
         """
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                return None
-            if pid:
-                return os.waitstatus_to_exitcode(status)
-            if time.monotonic() >= deadline:
+        try:
+            exited = os.pidfd_open(self.pid)  # readable once the process has exited
+        except ProcessLookupError:
+            return None
+        try:
+            if not select.select([exited], [], [], timeout)[0]:
                 raise subprocess.TimeoutExpired(f"fork server {self.pid}", timeout)
-            time.sleep(0.01)  # as subprocess.Popen.wait(timeout) polls
+        finally:
+            os.close(exited)
+        try:
+            return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        except ChildProcessError:
+            return None
 
 
 class HostAgent:

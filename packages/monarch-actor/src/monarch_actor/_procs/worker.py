@@ -60,7 +60,6 @@ class HostService:
         server: ForkServer | None = None,
     ) -> None:
         self.runtime = runtime
-        self.server = server  # the fork server, when the worker started it before its runtime
         self.entry = entry
         self.advertise_host = advertise_host
         self.agent: HostAgent | None = None
@@ -72,7 +71,7 @@ class HostService:
         # modules procs use (torch) are imported while no controller waits for them
         configured = PRELOAD.get().strip()
         self.follows_controllers = configured == "auto"
-        self._agent(worker_preload(configured))
+        self._agent(worker_preload(configured), server)  # given: started before the runtime
 
     # -- messages from controllers -------------------------------------------------------
 
@@ -121,10 +120,10 @@ class HostService:
             "pid": os.getpid(),
         }
 
-    def _agent(self, preload: str | None = None) -> HostAgent:
+    def _agent(self, preload: str | None = None, server: ForkServer | None = None) -> HostAgent:
         if self.agent is None:
             self.agent = HostAgent(
-                self.runtime, self._exited, self.entry, self._spawned, preload, self.server
+                self.runtime, self._exited, self.entry, self._spawned, preload, server
             )
         return self.agent
 

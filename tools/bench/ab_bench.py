@@ -46,6 +46,7 @@ MEASURES: Measures = (
     ("broadcast", "broadcasts to 8 actors", "rate"),
     ("spawn8", "spawn 8 procs and actors", "time"),
     ("echo_1m", "1 MiB echo", "rate"),
+    ("echo_64m", "64 MiB echo", "rate"),
 )
 CPU_MEASURES: Measures = (
     ("latency", "call_one round trip, on CPU 0", "time"),

@@ -1,7 +1,15 @@
 """Large frames are received into fresh bytes objects that a bytes payload reuses."""
 
+import ctypes
+import sys
+from pathlib import Path
+
+import pytest
+
 from monarch_transport import decode, encode
-from monarch_transport._buffers import fresh_buffer, owning_bytes
+from monarch_transport._buffers import HUGE_FROM, fresh_buffer, owning_bytes
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
 def test_a_fresh_buffer_is_writable_and_owned_by_bytes():
@@ -25,3 +33,34 @@ def test_a_bytes_payload_received_in_place_is_not_copied():
     decoded = decode([header, body, view])[1]["data"]
     assert decoded == payload
     assert decoded is owning_bytes(view)
+
+
+def _vm_flags(address: int) -> set[str]:
+    """The flags of the mapping that holds ``address`` (``/proc/self/smaps``)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            first = line.split()[0]
+            if "-" in first and not first.endswith(":"):
+                start, end = (int(part, 16) for part in first.split("-"))
+                inside = start <= address < end
+            elif inside and first == "VmFlags:":
+                return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not THP.exists() or "[never]" in THP.read_text(),
+    reason="needs Linux with transparent huge pages",
+)
+def test_a_big_buffer_asks_for_huge_pages_and_a_small_one_does_not():
+    big = fresh_buffer(HUGE_FROM)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(big))
+    assert "hg" in _vm_flags(address + HUGE_FROM // 2)  # madvise(MADV_HUGEPAGE) was given
+    big[:3] = b"abc"
+    big[-3:] = b"xyz"
+    owner = owning_bytes(big)
+    assert owner is not None and owner[:3] == b"abc" and owner[-3:] == b"xyz"
+    small = fresh_buffer(HUGE_FROM // 4)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(small))
+    assert "hg" not in _vm_flags(address + HUGE_FROM // 8)

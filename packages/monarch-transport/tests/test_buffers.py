@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from monarch_transport import decode, encode
-from monarch_transport._buffers import HUGE_FROM, fresh_buffer, owning_bytes
+from monarch_transport._buffers import HUGE_FROM, bytes_of, fresh_buffer, owning_bytes
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -64,3 +64,17 @@ def test_a_big_buffer_asks_for_huge_pages_and_a_small_one_does_not():
     small = fresh_buffer(HUGE_FROM // 4)
     address = ctypes.addressof(ctypes.c_char.from_buffer(small))
     assert "hg" not in _vm_flags(address + HUGE_FROM // 8)
+
+
+def test_bytes_of_a_whole_fresh_buffer_is_its_own_and_of_anything_else_a_copy():
+    whole = fresh_buffer(1 << 10)
+    whole[:] = bytes(range(256)) * 4
+    assert bytes_of(whole) is owning_bytes(whole)
+    for size in (HUGE_FROM - 1, HUGE_FROM + 3):  # small copies and big ones (huge pages)
+        source = bytearray(size)
+        source[:4], source[-4:] = b"head", b"tail"
+        copied = bytes_of(memoryview(source)[1:])
+        assert type(copied) is bytes and len(copied) == size - 1
+        assert copied[:3] == b"ead" and copied[-4:] == b"tail"
+    wide = memoryview(bytearray(b"abcdefgh")).cast("I")  # not flat bytes: copied as bytes
+    assert bytes_of(wide) == b"abcdefgh"

@@ -24,7 +24,7 @@ import mmap
 import sys
 from typing import Any, Final
 
-__all__ = ["HUGE_FROM", "fresh_buffer", "owning_bytes"]
+__all__ = ["HUGE_FROM", "bytes_of", "fresh_buffer", "owning_bytes"]
 
 HUGE_FROM: Final = 32 << 20
 """Buffers from this size on are advised to use huge pages: glibc's largest
@@ -83,3 +83,17 @@ def owning_bytes(view: memoryview) -> bytes | None:
     if type(owner) is bytes and len(owner) == view.nbytes:
         return owner
     return None
+
+
+def bytes_of(view: memoryview) -> bytes:
+    """``view``'s bytes as a ``bytes`` object: the one it fills when it is a whole
+    buffer from ``fresh_buffer``, else a copy (made in a fresh buffer, so a big
+    copy lands in huge pages too)."""
+    owner = owning_bytes(view)
+    if owner is not None:
+        return owner
+    if not _FAST or view.nbytes < HUGE_FROM:
+        return bytes(view)
+    copy = fresh_buffer(view.nbytes)
+    copy[:] = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    return owning_bytes(copy) or bytes(view)

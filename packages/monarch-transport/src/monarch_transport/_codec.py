@@ -45,7 +45,7 @@ from typing import Any, Final
 import cloudpickle  # type: ignore[import-untyped]
 import msgpack  # type: ignore[import-untyped]
 
-from ._buffers import owning_bytes
+from ._buffers import bytes_of
 from ._cuda import reduce_cuda_tensor, release_unsent
 from ._errors import DecodeError, EncodeError, MessageTooLarge
 
@@ -884,10 +884,8 @@ class _Unpickler(pickle.Unpickler):
         kind, buffer = pid
         value: bytes | bytearray
         if kind == _BYTES:
-            if type(buffer) is bytes:
-                value = buffer
-            else:  # a frame received into a bytes object of its own is that object
-                value = owning_bytes(memoryview(buffer)) or bytes(buffer)
+            # a frame received into a bytes object of its own is that object
+            value = buffer if type(buffer) is bytes else bytes_of(memoryview(buffer))
         elif kind == _BYTEARRAY:
             value = buffer if type(buffer) is bytearray else bytearray(buffer)
         else:

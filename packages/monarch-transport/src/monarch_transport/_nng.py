@@ -28,6 +28,7 @@ from pynng._nng import lib as pynng_lib
 
 from ._address import Address
 from ._auth import ClientHandshake, ServerHandshake
+from ._buffers import fresh_buffer
 from ._errors import (
     AuthenticationError,
     ConnectError,
@@ -96,8 +97,9 @@ class _Pipe:
     handshake: ServerHandshake
     peer: Peer | None = None
     opener: Opener | None = None  # once authenticated
-    partial: bytearray | None = None  # a message arriving in pieces
+    partial: memoryview | None = None  # a message arriving in pieces (fresh_buffer)
     expected: int = 0  # its length
+    filled: int = 0  # how much of it has arrived
     rejected: bool = False  # closed by us: nothing more of it is read
 
 
@@ -279,7 +281,7 @@ class NngListener(QueuedListener):
             return False if whole is None else self._whole(state, whole)
         return self._whole(state, data)
 
-    def _piece(self, state: _Pipe, data: bytes) -> bytearray | None:
+    def _piece(self, state: _Pipe, data: bytes) -> memoryview | None:
         """Add one piece of a large message; the message once it is whole."""
         if state.peer is None or len(data) < PART_HEAD.size or data[0] != Kind.PART:
             self._reject(state, "a message in pieces from an unauthenticated peer, or cut short")
@@ -289,17 +291,20 @@ class NngListener(QueuedListener):
             if not PIECE < expected <= self._settings.max_message_size + OVERHEAD:
                 self._reject(state, f"a message in pieces announced {expected:,} bytes")
                 return None
-            state.partial, state.expected = bytearray(), expected
-        if expected != state.expected or len(state.partial) + len(data) - PART_HEAD.size > expected:
+            # all of it at once, in a buffer of its own (huge pages when big)
+            state.partial, state.expected, state.filled = fresh_buffer(expected), expected, 0
+        size = len(data) - PART_HEAD.size
+        if expected != state.expected or state.filled + size > expected:
             self._reject(state, "the pieces of a message do not add up")
             return None
-        state.partial += memoryview(data)[PART_HEAD.size :]
-        if len(state.partial) < expected:
+        state.partial[state.filled : state.filled + size] = memoryview(data)[PART_HEAD.size :]
+        state.filled += size
+        if state.filled < expected:
             return None
         whole, state.partial = state.partial, None
         return whole
 
-    def _whole(self, state: _Pipe, data: bytes | bytearray) -> bool:
+    def _whole(self, state: _Pipe, data: bytes | memoryview) -> bool:
         # before the handshake is through only its small steps are read
         limit = HANDSHAKE_MAX if state.peer is None else self._settings.max_message_size
         try:

@@ -42,6 +42,17 @@ class Counter(Actor):
         return 1
 
 
+class Collector(Actor):
+    @endpoint
+    def collect(self) -> tuple[int, int]:
+        """A full collection; then the objects the collector keeps out of its
+        walks (frozen) and the objects it walks."""
+        import gc
+
+        gc.collect()
+        return gc.get_freeze_count(), len(gc.get_objects())
+
+
 class Probe(Actor):
     @endpoint
     def where(self) -> dict:

@@ -383,6 +383,21 @@ def test_a_process_stopped_cleanly_runs_finalizers_and_atexit_handlers(tmp_path)
     assert (tmp_path / "marker.atexit").exists()
 
 
+def test_a_forked_process_keeps_what_it_inherits_out_of_the_collector():
+    # the fork server freezes its objects before it forks: a proc's full
+    # collections walk only what the proc made, and leave the pages it
+    # shares with the server and the other procs alone
+    from actors import Collector
+
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        frozen, walked = procs.spawn("gc", Collector).collect.call_one().get()
+        assert frozen > 10_000  # the runtime's modules, classes and functions
+        assert walked < frozen // 2
+    finally:
+        procs.stop().get(timeout=30)
+
+
 def test_a_process_at_an_address_an_earlier_one_had_is_reached():
     # ports are reused: a proc may listen where a stopped one did; what the
     # controller held for the old one (its failed connection, the numbering

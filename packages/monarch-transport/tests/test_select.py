@@ -203,3 +203,17 @@ def test_a_name_is_registered_once():
     assert done.stdout.strip() == (
         "transport backend 'nng' is registered already, by monarch_transport._nng.NngTransport"
     ), done.stderr
+
+
+def test_nng_is_offered_from_the_start_but_loaded_when_first_chosen():
+    # loading pynng costs every process milliseconds at start, and the actor
+    # runtime runs on the socket backend
+    code = (
+        "import sys, monarch_transport as t\n"
+        "from monarch_transport._registry import choosable\n"
+        "assert 'pynng' not in sys.modules and 'monarch_transport._nng' not in sys.modules\n"
+        "assert choosable() == ['nng', 'socket'], choosable()\n"
+        "assert t.backend_class('nng').__name__ == 'NngTransport'\n"
+        "assert 'pynng' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -17,8 +17,8 @@ authentication on the job's secret. No actor concepts live here.
 {'hello': 'world'}
 """
 
-# the built-in backends register themselves when imported
-from . import _inproc, _nng, _socket  # noqa: F401
+# the built-in backends register themselves when imported; nng when first chosen
+from . import _inproc, _registry, _socket  # noqa: F401
 from ._address import Address, ChannelTransport
 from ._auth import SECRET_ENV, job_secret
 from ._bindspec import BindSpec
@@ -50,6 +50,8 @@ from ._select import (
     transport_for,
 )
 from ._settings import TLS_ENV, Settings, TlsFiles
+
+_registry.defer_backend("nng", f"{__name__}._nng")  # pynng loads when nng is first chosen
 
 __all__ = [
     "SECRET_ENV",

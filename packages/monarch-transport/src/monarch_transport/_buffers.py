@@ -48,13 +48,19 @@ def fresh_buffer(size: int) -> memoryview:
     """A writable, uninitialised buffer of ``size`` bytes (a flat ``B`` view)."""
     if not _FAST or size == 0:
         return memoryview(bytearray(size))
+    return _fresh_bytes(size)[1]
+
+
+def _fresh_bytes(size: int) -> tuple[bytes, memoryview]:
+    """A new uninitialised ``bytes`` of ``size`` bytes, and a writable view
+    over it (CPython only: ``_FAST``)."""
     owner = _new_bytes(None, size)
     address = _bytes_address(owner)
     if size >= HUGE_FROM:
         _advise_huge_pages(address, size)
     window: Any = (ctypes.c_ubyte * size).from_address(address)
     window.owner = owner  # the view keeps the window alive, the window the bytes
-    return memoryview(window).cast("B")
+    return owner, memoryview(window).cast("B")
 
 
 def _advise_huge_pages(address: int, size: int) -> None:
@@ -94,6 +100,6 @@ def bytes_of(view: memoryview) -> bytes:
         return owner
     if not _FAST or view.nbytes < HUGE_FROM:
         return bytes(view)
-    copy = fresh_buffer(view.nbytes)
-    copy[:] = view.cast("B") if view.format != "B" or view.ndim != 1 else view
-    return owning_bytes(copy) or bytes(view)
+    copy, window = _fresh_bytes(view.nbytes)
+    window[:] = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    return copy

@@ -4,8 +4,12 @@ and ``monarch.rdma`` API, so the same file runs against this project
 virtual environment).
 
 This process is the controller; the workers (``run_worker_loop_forever``,
-one per host) are already running at ``--workers``. It measures:
+one per host) were started at ``--workers`` with it. It measures:
 
+- ``worker_start`` (with ``--launched``, the wall-clock time the workers
+  were started): seconds until the last of them accepts a TCP connection
+  (seconds); attaching waits for that first, so that ``attach`` measures
+  attaching to running workers, not their start;
 - ``attach``: ``attach_to_workers(...)`` until ``initialized`` (seconds);
 - ``spawn``: ``spawn_procs(per_host={"gpus": 2})`` on every host, spawning
   one actor per proc, until a first ``call()`` to all returns (seconds);
@@ -47,6 +51,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import time
 from typing import Any
 
@@ -66,7 +71,30 @@ def memory(pid: int | str = "self") -> dict[str, int]:
     return sizes
 
 
+def wait_listening(addresses: list[str], seconds: float) -> None:
+    """Return once every ``tcp://HOST:PORT`` accepts a connection (closed
+    at once: neither runtime's worker minds one that says nothing)."""
+    deadline = time.monotonic() + seconds
+    for address in addresses:
+        host, _, port = address.removeprefix("tcp://").rpartition(":")
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"worker {address} did not listen in {seconds} s") from None
+                time.sleep(0.002)
+
+
 def workload(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    workers = args.workers.split(",")
+    if args.launched:
+        wait_listening(workers, 60)
+        results["worker_start"] = time.time() - args.launched
+        log(f"workers listening after {results['worker_start']:.3f} s")
+
     from monarch.actor import Actor, attach_to_workers, endpoint
 
     measures = set(args.measures.split(",")) | {"spawn"}
@@ -118,12 +146,10 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
                 seconds.append(time.perf_counter() - start)
             return seconds
 
-    workers = args.workers.split(",")
     if args.listen:  # Monarch's client listens on Unix sockets unless told
         from monarch.actor import enable_transport
 
         enable_transport(args.listen)
-    results: dict[str, Any] = {}
     start = time.perf_counter()
     hosts = attach_to_workers(workers=workers, ca="trust_all_connections")
     hosts.initialized.get()
@@ -327,6 +353,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test)")
     parser.add_argument(
         "--listen", help="where this controller listens, for enable_transport (tcp://IP:0)"
+    )
+    parser.add_argument(
+        "--launched", type=float, help="when the workers were started (time.time()): wait for them"
     )
     parser.add_argument("--per-host", type=int, default=2, help="procs per host")
     parser.add_argument(

@@ -430,7 +430,8 @@ def rdma(args: argparse.Namespace) -> str:
 
 
 HOSTS_ROWS: tuple[tuple[str, str, str, str, tuple[str, float] | None], ...] = (
-    ("attach", "attach to 3 workers", "time", "", None),
+    ("worker_start", "3 workers started until they listen", "time", "", None),
+    ("attach", "attach to 3 running workers", "time", "", None),
     ("spawn", "spawn 3 x 2 procs + actors, first call to all back", "time", "", ("≤", 0.5)),
     ("spawn_again", "the same, a second proc mesh on those hosts", "time", "", None),
     ("call_one", "call_one round trip, actor on another host", "time", "", ("≤", 0.25)),
@@ -477,12 +478,14 @@ def on_hosts(
     with namespaces().hosts(n) as h:
         names = [f"h{i}" for i in range(n)]
         addresses = [f"tcp://{h.ip(name)}:26600" for name in names]
+        launched = time.time()
         workers = [
             h.popen(name, [str(python), "-c", WORKER, address], env=env, start_new_session=True)
             for name, address in zip(names, addresses, strict=True)
         ]
         bench = [str(BENCH / "hosts_bench.py"), "--impl", impl, "--workers", ",".join(addresses)]
         bench += ["--worker-pids", ",".join(str(w.pid) for w in workers), *argv]
+        bench += ["--launched", repr(launched)]
         if kill:
             bench += ["--kill", str(workers[-1].pid)]
         if cut:

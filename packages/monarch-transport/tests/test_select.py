@@ -217,3 +217,16 @@ def test_nng_is_offered_from_the_start_but_loaded_when_first_chosen():
         "assert 'pynng' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_what_sealing_takes_loads_when_first_needed_or_when_preloaded():
+    # loading cryptography costs a process about 10 ms: never for Unix sockets
+    # alone; ahead of time, by preload_integrity, where TCP will need it
+    code = (
+        "import sys, monarch_transport as t\n"
+        "assert not [m for m in sys.modules if m.startswith('cryptography')]\n"
+        "t.preload_integrity()\n"
+        "assert 'cryptography.hazmat.primitives.kdf.hkdf' in sys.modules\n"
+        "assert 'cryptography.hazmat.primitives.ciphers.aead' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

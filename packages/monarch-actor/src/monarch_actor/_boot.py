@@ -23,7 +23,14 @@ import monarch_config
 from monarch_transport import Address, decode, listen, new_event_loop, prefer_backend
 
 from ._api.actor_host import ActorHost, setup_failure
-from ._api.hosts import TRUST_ALL, attached, check_listener, configure_security, split_alias
+from ._api.hosts import (
+    TRUST_ALL,
+    attached,
+    check_listener,
+    configure_security,
+    preload_sealing,
+    split_alias,
+)
 from ._api.introspection import Introspection
 from ._api.local_actors import LocalActors
 from ._api.proc_control import (
@@ -212,6 +219,8 @@ def run_worker_loop_until_shutdown(
         os.environ[LISTEN_ENV] = str(Address(where.scheme, host=advertise, port=0))
     # the fork server starts with the worker, before its runtime (no thread, no socket
     # yet), so it is this process forked: no second interpreter importing the runtime
+    # its procs seal what they send over TCP: they inherit what that takes
+    preload_sealing([str(where)])
     preload = worker_preload(PRELOAD.get().strip())
     server = start_fork_server("worker", PROC_ENTRY, preload, fork=True)
     loop = new_event_loop()

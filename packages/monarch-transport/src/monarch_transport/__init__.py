@@ -37,6 +37,7 @@ from ._errors import (
 )
 from ._integrity import IntegrityError, Opener, Sealer, derive_key
 from ._integrity import default_mode as integrity_mode
+from ._integrity import preload as preload_integrity
 from ._integrity import required as integrity_required
 from ._interface import Event, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import new_event_loop, run
@@ -98,6 +99,7 @@ __all__ = [
     "listen",
     "new_event_loop",
     "prefer_backend",
+    "preload_integrity",
     "register_backend",
     "run",
     "transport_for",

@@ -32,10 +32,15 @@ import hmac
 import os
 import struct
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ._config import INTEGRITY
 from ._errors import AuthenticationError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.hashes import SHA256
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 __all__ = [
     "INTEGRITY_ENV",
@@ -46,6 +51,7 @@ __all__ = [
     "Sealer",
     "default_mode",
     "derive_key",
+    "preload",
     "private_folder",
     "required",
 ]
@@ -124,6 +130,29 @@ def private_folder(path: str) -> bool:
     return info.st_uid == os.geteuid() and not info.st_mode & 0o077
 
 
+def _crypto() -> tuple[type[HKDF], type[SHA256], type[AESGCM]]:
+    """cryptography's ``HKDF``, ``SHA256`` and ``AESGCM``. Imported when a
+    connection first needs them, or ahead by ``preload``: loading them costs
+    a process about 10 ms of CPU, and processes on Unix sockets never do."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.hashes import SHA256
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF, SHA256, AESGCM
+
+
+def preload() -> None:
+    """Load what sealing a connection needs now, rather than on the first
+    sealed connection, which would wait for it on its event loop.
+
+    A worker on TCP calls it before it forks its fork server, so that its
+    procs inherit it instead of each loading it while it first reaches the
+    controller; a controller calls it while its first handshakes with
+    workers are under way.
+    """
+    _crypto()
+
+
 def derive_key(
     secret: bytes, hello: bytes, server_nonce: bytes, label: bytes = b"sender-to-listener"
 ) -> bytes:
@@ -142,11 +171,7 @@ def derive_key(
     Returns:
         A 32-byte key, for ``Sealer`` and ``Opener``.
     """
-    # cryptography is imported when a connection first needs it: loading it
-    # costs every process ~9 ms at start, and processes on Unix sockets never do
-    from cryptography.hazmat.primitives.hashes import SHA256
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
+    HKDF, SHA256, _ = _crypto()
     return HKDF(
         algorithm=SHA256(),
         length=32,
@@ -165,8 +190,7 @@ class _Tagger:
     def __init__(self, key: bytes) -> None:
         # keyed once per connection; each message copies it (cheaper than keying)
         self._keyed = hashlib.blake2b(key=key, digest_size=TAG)
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # see derive_key
-
+        AESGCM = _crypto()[2]
         pieces_key = hashlib.blake2b(b"gmac pieces", key=key, digest_size=16).digest()
         self._gmac = AESGCM(pieces_key)
 

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from monarch_mesh import Shape, Slice
-from monarch_transport import SECRET_ENV, TLS_ENV, Address, default_listen_address, listen
+from monarch_transport import (
+    SECRET_ENV,
+    TLS_ENV,
+    Address,
+    default_listen_address,
+    integrity_mode,
+    integrity_required,
+    listen,
+    preload_integrity,
+)
 
 from .._core.config import INSECURE_PUBLIC_SECRET
 from .._core.future import Future
@@ -360,19 +369,23 @@ def attach_to_workers(
     tls = configure_security(
         ca, private_key, [split_alias(w)[0] if isinstance(w, str) else w for w in workers]
     )
+    preload_sealing([split_alias(w, tls)[0] for w in workers if isinstance(w, str)])
     runtime = get_runtime()
     registry = runtime.run_sync(remote_agents, runtime)
     on_exit = on_worker_exit(runtime)
     agents: list[concurrent.futures.Future[RemoteAgent]] = []
+    known: list[tuple[str, concurrent.futures.Future[RemoteAgent]]] = []
     for worker in workers:
+        found: concurrent.futures.Future[RemoteAgent]
         if isinstance(worker, str):
-            found: concurrent.futures.Future[RemoteAgent] = concurrent.futures.Future()
-            _attach(runtime, registry, split_alias(worker, tls)[0], on_exit, found)
+            found = concurrent.futures.Future()
+            known.append((split_alias(worker, tls)[0], found))
         else:
             found = run_in_thread(
                 "monarch-attach", _attach_later, runtime, registry, worker, tls, on_exit
             )
         agents.append(found)
+    _attach(runtime, registry, known, on_exit)
     shape = Shape(["hosts"], Slice.new_row_major([len(workers)]))
     return HostMesh(shape, [found.result for found in agents], name=name or "hosts", owned=True)
 
@@ -390,20 +403,49 @@ def _attach_later(
 def _attach(
     runtime: Runtime,
     registry: RemoteAgents,
-    address: str,
+    known: list[tuple[str, concurrent.futures.Future[RemoteAgent]]],
     on_exit: Any,
-    found: concurrent.futures.Future[RemoteAgent],
 ) -> None:
+    """Say hello to every worker whose address is ``known``, in one turn of
+    the loop (a turn each would wait for the loop behind the handshakes of
+    the first); each future gets its worker's agent, or why there is none."""
+    for address, found in known:
+        try:
+            reachable_from(runtime, Address.parse(address))
+        except BaseException as error:
+            found.set_exception(error)
+
+    def hello_all() -> None:
+        for address, found in known:
+            if not found.done():
+                try:
+                    found.set_result(registry.attach(address, on_exit))
+                except BaseException as error:
+                    found.set_exception(error)
+
+    if not known:
+        return
     try:
-        found.set_result(_connect(runtime, registry, address, on_exit))
-    except BaseException as error:
-        found.set_exception(error)
+        runtime.run_sync(hello_all)
+    except BaseException as error:  # the loop is gone: every worker hears why
+        for _, found in known:
+            if not found.done():
+                found.set_exception(error)
 
 
 def _connect(runtime: Runtime, registry: RemoteAgents, address: str, on_exit: Any) -> RemoteAgent:
     reachable_from(runtime, Address.parse(address))
     agent: RemoteAgent = runtime.run_sync(registry.attach, address, on_exit)
     return agent
+
+
+def preload_sealing(addresses: Sequence[str]) -> None:
+    """Load what sealed connections need (``preload_integrity``) when one of
+    ``addresses`` is plain TCP, where every message is sealed: this process,
+    or the procs it forks, will need it for their first connection."""
+    tcp = any(Address.parse(address).scheme == "tcp" for address in addresses)
+    if tcp and integrity_required(integrity_mode(), "tcp"):
+        preload_integrity()
 
 
 _listening = threading.Lock()

@@ -204,18 +204,20 @@ def test_a_worker_forks_its_fork_server_before_it_serves():
         workers.close()
 
 
-def maps_cryptography(pid: int) -> bool:
-    """Whether process ``pid`` has cryptography's native library loaded."""
+def maps_library(pid: int, package: str) -> bool:
+    """Whether process ``pid`` has the native library of ``package`` loaded."""
     with open(f"/proc/{pid}/maps") as maps:
-        return any("/cryptography/" in line for line in maps)
+        return any(f"/{package}/" in line for line in maps)
 
 
-def test_a_tcp_worker_loads_what_sealing_takes_before_it_forks_its_fork_server(tmp_path):
-    """Every message over TCP is sealed. A worker on TCP loads what that takes
-    (cryptography) before it forks its fork server, so each proc inherits it
-    instead of loading it (about 10 ms of CPU a proc) while it first reaches
-    the controller. A worker on a Unix socket in a private folder seals
-    nothing, and stays without it."""
+def test_a_fork_server_loads_what_its_procs_will_load_before_it_forks(tmp_path):
+    """What every proc would otherwise load as it starts, its fork server
+    loads first, so that each proc inherits it (a few milliseconds of CPU a
+    proc): the event loop's implementation (uvloop), and, on a worker on TCP,
+    where every message is sealed, what sealing takes (cryptography). A
+    worker on a Unix socket in a private folder seals nothing, and its fork
+    server stays without cryptography. The servers never connect anywhere:
+    what they hold, they loaded ahead."""
     tcp = Workers(1)
     folder = tmp_path / "private"
     folder.mkdir(mode=0o700)
@@ -227,8 +229,10 @@ def test_a_tcp_worker_loads_what_sealing_takes_before_it_forks_its_fork_server(t
             workers=[*tcp.addresses, f"ipc://{folder}/worker.sock"], ca="trust_all_connections"
         )
         assert hosts.initialized.get(timeout=60) is True
-        assert maps_cryptography(fork_server_of(tcp.procs[0].pid))  # it never connected
-        assert not maps_cryptography(fork_server_of(ipc.pid))
+        on_tcp, on_ipc = fork_server_of(tcp.procs[0].pid), fork_server_of(ipc.pid)
+        assert maps_library(on_tcp, "cryptography")
+        assert not maps_library(on_ipc, "cryptography")
+        assert maps_library(on_tcp, "uvloop") and maps_library(on_ipc, "uvloop")
         hosts.shutdown().get(timeout=60)
     finally:
         tcp.close()

@@ -398,6 +398,22 @@ def test_a_forked_process_keeps_what_it_inherits_out_of_the_collector():
         procs.stop().get(timeout=30)
 
 
+def test_the_fork_server_loads_the_event_loop_its_procs_will_run_before_it_forks():
+    # each proc makes an event loop as it starts: the module that implements
+    # it (uvloop) is the fork server's already, so no proc imports it again
+    from actors import Probe
+
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        pid = procs.spawn("probe", Probe).where.call_one().get(timeout=60)["pid"]
+        with open(f"/proc/{pid}/stat") as stat:
+            server = int(stat.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{server}/maps") as maps:
+            assert any("/uvloop/" in line for line in maps)
+    finally:
+        procs.stop().get(timeout=30)
+
+
 def test_a_process_at_an_address_an_earlier_one_had_is_reached():
     # ports are reused: a proc may listen where a stopped one did; what the
     # controller held for the old one (its failed connection, the numbering

@@ -230,3 +230,14 @@ def test_what_sealing_takes_loads_when_first_needed_or_when_preloaded():
         "assert 'cryptography.hazmat.primitives.ciphers.aead' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_event_loop_module_loads_when_a_loop_is_made_or_when_preloaded():
+    code = (
+        "import sys, monarch_transport as t\n"
+        "assert 'uvloop' not in sys.modules\n"
+        "t.preload_event_loop()\n"
+        "assert 'uvloop' in sys.modules\n"
+        "assert type(t.new_event_loop()).__module__.startswith('uvloop')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

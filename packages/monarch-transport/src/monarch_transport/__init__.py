@@ -41,6 +41,7 @@ from ._integrity import preload as preload_integrity
 from ._integrity import required as integrity_required
 from ._interface import Event, Listener, Peer, PeerLeft, Received, Sender, Transport
 from ._loop import new_event_loop, run
+from ._loop import preload as preload_event_loop
 from ._registry import backend_class, register_backend
 from ._select import (
     connect,
@@ -99,6 +100,7 @@ __all__ = [
     "listen",
     "new_event_loop",
     "prefer_backend",
+    "preload_event_loop",
     "preload_integrity",
     "register_backend",
     "run",

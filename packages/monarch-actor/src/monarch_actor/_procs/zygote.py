@@ -35,6 +35,8 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
+from monarch_transport import preload_event_loop
+
 from .._core.private import alive
 from .bootstrap import FORK_SERVER_MODULE, PROC_FLAG, STARTED_BY_ENV, proc_environment
 from .finalize import finalize, forget_inherited_exit_handlers
@@ -51,8 +53,11 @@ def die_with_parent(sig: int) -> None:
 
 
 def preload(entry_module: str) -> None:
-    """Import the procs' entry module and what ``$MONARCH_PRELOAD`` names."""
+    """Import the procs' entry module, their event loop's implementation
+    (which making the loop would import in every proc), and what
+    ``$MONARCH_PRELOAD`` names."""
     import_modules([entry_module, *(os.environ.get("MONARCH_PRELOAD") or "").split(",")])
+    preload_event_loop()
 
 
 def import_modules(names: list[str]) -> None:

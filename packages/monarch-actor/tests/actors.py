@@ -53,6 +53,16 @@ class Collector(Actor):
         return gc.get_freeze_count(), len(gc.get_objects())
 
 
+class Inherited(Actor):
+    @endpoint
+    def exit_paths_ready(self) -> bool:
+        """Whether what this process's exit needs (where installed code
+        lives) was worked out before it started serving."""
+        from monarch_actor._procs.finalize import _installed_code
+
+        return _installed_code.cache_info().currsize == 1
+
+
 class Probe(Actor):
     @endpoint
     def where(self) -> dict:

@@ -398,10 +398,12 @@ def test_a_forked_process_keeps_what_it_inherits_out_of_the_collector():
         procs.stop().get(timeout=30)
 
 
-def test_the_fork_server_loads_the_event_loop_its_procs_will_run_before_it_forks():
+def test_the_fork_server_prepares_what_each_proc_would_at_start_and_exit():
     # each proc makes an event loop as it starts: the module that implements
-    # it (uvloop) is the fork server's already, so no proc imports it again
-    from actors import Probe
+    # it (uvloop) is the fork server's already, so no proc imports it again;
+    # each proc's clean exit tells the user's modules from installed ones,
+    # which the server worked out once
+    from actors import Inherited, Probe
 
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     try:
@@ -410,6 +412,8 @@ def test_the_fork_server_loads_the_event_loop_its_procs_will_run_before_it_forks
             server = int(stat.read().rsplit(")", 1)[1].split()[1])
         with open(f"/proc/{server}/maps") as maps:
             assert any("/uvloop/" in line for line in maps)
+        ready = procs.spawn("inherited", Inherited).exit_paths_ready.call_one()
+        assert ready.get(timeout=60) is True
     finally:
         procs.stop().get(timeout=30)
 

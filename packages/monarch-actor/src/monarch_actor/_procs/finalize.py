@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -22,7 +23,11 @@ def forget_inherited_exit_handlers() -> frozenset[str]:
     return frozenset(sys.modules)
 
 
+@functools.cache
 def _installed_code() -> tuple[str, ...]:
+    """Where installed libraries and the standard library live (the same for
+    every process of one interpreter: a fork server works it out once,
+    ``prepare``, and its procs inherit it)."""
     paths = sysconfig.get_paths()
     return tuple(
         {
@@ -30,6 +35,14 @@ def _installed_code() -> tuple[str, ...]:
             for key in ("stdlib", "platstdlib", "purelib", "platlib")
         }
     )
+
+
+def prepare() -> None:
+    """Work out now what ``finalize`` needs to tell the user's modules from
+    installed ones (it reads the interpreter's configuration: milliseconds),
+    so that a fork server's procs inherit it instead of each working it out
+    as it exits."""
+    _installed_code()
 
 
 def _users(

@@ -40,6 +40,7 @@ from monarch_transport import preload_event_loop
 from .._core.private import alive
 from .bootstrap import FORK_SERVER_MODULE, PROC_FLAG, STARTED_BY_ENV, proc_environment
 from .finalize import finalize, forget_inherited_exit_handlers
+from .finalize import prepare as prepare_exit
 from .logs import release_output
 
 PR_SET_PDEATHSIG = 1
@@ -55,9 +56,10 @@ def die_with_parent(sig: int) -> None:
 def preload(entry_module: str) -> None:
     """Import the procs' entry module, their event loop's implementation
     (which making the loop would import in every proc), and what
-    ``$MONARCH_PRELOAD`` names."""
+    ``$MONARCH_PRELOAD`` names; work out what each proc's exit needs."""
     import_modules([entry_module, *(os.environ.get("MONARCH_PRELOAD") or "").split(",")])
     preload_event_loop()
+    prepare_exit()
 
 
 def import_modules(names: list[str]) -> None:

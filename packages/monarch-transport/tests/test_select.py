@@ -208,36 +208,43 @@ def test_a_name_is_registered_once():
 def test_nng_is_offered_from_the_start_but_loaded_when_first_chosen():
     # loading pynng costs every process milliseconds at start, and the actor
     # runtime runs on the socket backend
-    code = (
-        "import sys, monarch_transport as t\n"
-        "from monarch_transport._registry import choosable\n"
-        "assert 'pynng' not in sys.modules and 'monarch_transport._nng' not in sys.modules\n"
-        "assert choosable() == ['nng', 'socket'], choosable()\n"
-        "assert t.backend_class('nng').__name__ == 'NngTransport'\n"
-        "assert 'pynng' in sys.modules\n"
+    done = run(
+        """
+        import sys, monarch_transport as t
+        from monarch_transport._registry import choosable
+        assert 'pynng' not in sys.modules and 'monarch_transport._nng' not in sys.modules
+        assert choosable() == ['nng', 'socket'], choosable()
+        assert t.backend_class('nng').__name__ == 'NngTransport'
+        assert 'pynng' in sys.modules
+        """
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_what_sealing_takes_loads_when_first_needed_or_when_preloaded():
     # loading cryptography costs a process about 10 ms: never for Unix sockets
     # alone; ahead of time, by preload_integrity, where TCP will need it
-    code = (
-        "import sys, monarch_transport as t\n"
-        "assert not [m for m in sys.modules if m.startswith('cryptography')]\n"
-        "t.preload_integrity()\n"
-        "assert 'cryptography.hazmat.primitives.kdf.hkdf' in sys.modules\n"
-        "assert 'cryptography.hazmat.primitives.ciphers.aead' in sys.modules\n"
+    done = run(
+        """
+        import sys, monarch_transport as t
+        assert not [m for m in sys.modules if m.startswith('cryptography')]
+        t.preload_integrity()
+        assert 'cryptography.hazmat.primitives.kdf.hkdf' in sys.modules
+        assert 'cryptography.hazmat.primitives.ciphers.aead' in sys.modules
+        """
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_event_loop_module_loads_when_a_loop_is_made_or_when_preloaded():
-    code = (
-        "import sys, monarch_transport as t\n"
-        "assert 'uvloop' not in sys.modules\n"
-        "t.preload_event_loop()\n"
-        "assert 'uvloop' in sys.modules\n"
-        "assert type(t.new_event_loop()).__module__.startswith('uvloop')\n"
+    # a fork server imports it before it forks, so that no proc imports it again
+    done = run(
+        """
+        import sys, monarch_transport as t
+        assert 'uvloop' not in sys.modules
+        t.preload_event_loop()
+        assert 'uvloop' in sys.modules
+        assert type(t.new_event_loop()).__module__.startswith('uvloop')
+        """
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -147,8 +147,8 @@ def preload() -> None:
 
     A worker on TCP calls it before it forks its fork server, so that its
     procs inherit it instead of each loading it while it first reaches the
-    controller; a controller calls it while its first handshakes with
-    workers are under way.
+    controller; a controller attaching to workers on TCP calls it before its
+    first handshake.
     """
     _crypto()
 

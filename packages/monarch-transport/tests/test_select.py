@@ -269,30 +269,3 @@ def test_a_process_on_nng_exits_even_when_nng_never_finishes_tearing_down():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "exiting"
-
-
-def test_a_child_forked_after_nng_loaded_tears_nng_down_itself_at_exit():
-    # the teardown's thread stays with the parent: a forked child that exits
-    # normally runs the teardown itself instead of waiting for a thread it lacks
-    done = run(
-        """
-        import atexit, os, sys, time
-        import pynng.nng
-        atexit.unregister(pynng.nng._pynng_atexit)
-        def teardown():
-            print("torn down in", "child" if os.getpid() != parent else "parent", flush=True)
-        parent = os.getpid()
-        pynng.nng._pynng_atexit = teardown
-        import monarch_transport as t
-        t.backend_class("nng")
-        started = time.monotonic()
-        child = os.fork()
-        if child == 0:
-            sys.exit(0)
-        os.waitpid(child, 0)
-        print("child took", round(time.monotonic() - started, 1), flush=True)
-        """
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.split("\n")
-    assert lines[:3] == ["torn down in child", "child took 0.0", "torn down in parent"], lines

@@ -17,7 +17,6 @@ import atexit
 import contextlib
 import itertools
 import logging
-import os
 import socket
 import struct
 import threading
@@ -641,47 +640,27 @@ def _receive(sock: pynng.Socket) -> tuple[int, memoryview]:
     return kind, frames[0]
 
 
-class _BoundedTeardown:
+def _finish_nng(fini: Callable[[], None], timeout: float = FINI_TIMEOUT) -> None:
     """pynng's exit handler (``nng_fini``), bounded: it runs on a thread of
     its own, and the process goes on exiting after ``timeout`` seconds. nng's
     teardown can hang for good (seen about once in 80 exits of a controller
     on nng, waiting in ``nni_aio_sys_fini`` after every socket had closed);
     by then the runtime has closed its sockets, so waiting longer gains
-    nothing, and a process that never exits is worse.
-
-    The thread is started with this object, not at exit: from Python 3.12 an
-    exiting interpreter starts no new thread."""
-
-    def __init__(self, fini: Callable[[], None]) -> None:
-        self._fini = fini
-        self._pid = os.getpid()
-        self._go = threading.Event()
-        self._done = threading.Event()
-        threading.Thread(target=self._run, name="monarch-nng-fini", daemon=True).start()
-
-    def _run(self) -> None:
-        self._go.wait()
-        try:
-            self._fini()
-        finally:
-            self._done.set()
-
-    def __call__(self, timeout: float = FINI_TIMEOUT) -> None:
-        if os.getpid() != self._pid:  # a forked child: the thread stayed with the parent
-            self._fini()
-            return
-        self._go.set()
-        if not self._done.wait(timeout):
-            log.debug("nng did not finish tearing down in %g s; exiting without it", timeout)
+    nothing, and a process that never exits is worse."""
+    finishing = threading.Thread(target=fini, name="monarch-nng-fini", daemon=True)
+    finishing.start()
+    finishing.join(timeout)
+    if finishing.is_alive():
+        log.debug("nng did not finish tearing down in %g s; exiting without it", timeout)
 
 
 def _bound_pynng_exit() -> None:
-    """Put a bounded teardown in place of pynng's own exit handler
+    """Put the bounded ``_finish_nng`` in place of pynng's own exit handler
     (registered when pynng was imported, just before this module's)."""
     fini = getattr(pynng.nng, "_pynng_atexit", None)
     if callable(fini):
         atexit.unregister(fini)
-        atexit.register(_BoundedTeardown(fini))
+        atexit.register(_finish_nng, fini)
 
 
 _bound_pynng_exit()

@@ -248,24 +248,3 @@ def test_the_event_loop_module_loads_when_a_loop_is_made_or_when_preloaded():
         """
     )
     assert done.returncode == 0, done.stderr
-
-
-def test_a_process_on_nng_exits_even_when_nng_never_finishes_tearing_down():
-    # nng's own exit handler can hang inside nng; ours gives it two seconds:
-    # here it stands in for one that never returns, and the process must end
-    done = run(
-        """
-        import atexit, threading, time
-        import pynng.nng
-        atexit.unregister(pynng.nng._pynng_atexit)
-        def never_returns():
-            threading.Event().wait()
-        atexit.register(never_returns)
-        pynng.nng._pynng_atexit = never_returns
-        import monarch_transport as t
-        t.backend_class("nng")
-        print("exiting", flush=True)
-        """
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "exiting"

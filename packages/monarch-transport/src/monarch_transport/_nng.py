@@ -13,7 +13,6 @@ handshake.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import itertools
 import logging
@@ -25,7 +24,6 @@ from dataclasses import dataclass
 
 import anyio
 import pynng
-import pynng.nng
 from pynng._nng import lib as pynng_lib
 
 from ._address import Address
@@ -60,7 +58,6 @@ PART_HEAD = struct.Struct("<BQ")  # Kind.PART, the whole message's length
 DEPARTURE_GRACE = 0.1  # seconds between nng's removal notice and our report
 SWEEP_INTERVAL = 0.25  # seconds between checks that every known pipe still exists
 BYE_TIMEOUT_MS = 2000  # how long a closing sender waits for the listener's answer
-FINI_TIMEOUT = 2.0  # seconds the process waits at exit for nng to tear itself down
 
 
 def _url(address: Address) -> str:
@@ -640,28 +637,4 @@ def _receive(sock: pynng.Socket) -> tuple[int, memoryview]:
     return kind, frames[0]
 
 
-def _finish_nng(fini: Callable[[], None], timeout: float = FINI_TIMEOUT) -> None:
-    """pynng's exit handler (``nng_fini``), bounded: it runs on a thread of
-    its own, and the process goes on exiting after ``timeout`` seconds. nng's
-    teardown can hang for good (seen about once in 80 exits of a controller
-    on nng, waiting in ``nni_aio_sys_fini`` after every socket had closed);
-    by then the runtime has closed its sockets, so waiting longer gains
-    nothing, and a process that never exits is worse."""
-    finishing = threading.Thread(target=fini, name="monarch-nng-fini", daemon=True)
-    finishing.start()
-    finishing.join(timeout)
-    if finishing.is_alive():
-        log.debug("nng did not finish tearing down in %g s; exiting without it", timeout)
-
-
-def _bound_pynng_exit() -> None:
-    """Put the bounded ``_finish_nng`` in place of pynng's own exit handler
-    (registered when pynng was imported, just before this module's)."""
-    fini = getattr(pynng.nng, "_pynng_atexit", None)
-    if callable(fini):
-        atexit.unregister(fini)
-        atexit.register(_finish_nng, fini)
-
-
-_bound_pynng_exit()
 register_backend(NngTransport)

@@ -397,7 +397,9 @@ def _attach_later(
     tls: bool,
     on_exit: Any,
 ) -> RemoteAgent:
-    return _connect(runtime, registry, split_alias(worker.get(), tls)[0], on_exit)
+    found: concurrent.futures.Future[RemoteAgent] = concurrent.futures.Future()
+    _attach(runtime, registry, [(split_alias(worker.get(), tls)[0], found)], on_exit)
+    return found.result()
 
 
 def _attach(
@@ -431,12 +433,6 @@ def _attach(
         for _, found in known:
             if not found.done():
                 found.set_exception(error)
-
-
-def _connect(runtime: Runtime, registry: RemoteAgents, address: str, on_exit: Any) -> RemoteAgent:
-    reachable_from(runtime, Address.parse(address))
-    agent: RemoteAgent = runtime.run_sync(registry.attach, address, on_exit)
-    return agent
 
 
 def preload_sealing(addresses: Sequence[str]) -> None:

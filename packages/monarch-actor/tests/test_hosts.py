@@ -10,12 +10,13 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 from actors import Victim
 
-from monarch_actor import SupervisionError, attach_to_workers
+from monarch_actor import SupervisionError, attach_to_workers, returns_future
 from monarch_actor.testing import gone
 from monarch_transport import job_secret
 
@@ -479,6 +480,51 @@ def test_output_of_procs_on_other_hosts_reaches_the_controller(tmp_path):
         assert sorted(line.split("] [")[1][:1] for line in lines) == ["0", "1"], done.stdout
     finally:
         workers.close()
+
+
+def test_a_worker_given_as_a_future_is_attached_once_its_address_arrives():
+    """A scheduler hands out a host's address later: the mesh takes the
+    Future, its other hosts are attached at once, and procs span all of them."""
+    job_secret()
+    now = Workers(1)
+    later = Workers(0)
+    asked = threading.Event()
+
+    @returns_future
+    async def address_once_allocated() -> str:
+        asked.set()
+        later.addresses.append(f"tcp://127.0.0.1:{free_port()}")
+        later.procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, later.addresses[0]], start_new_session=True
+            )
+        )
+        return later.addresses[0]
+
+    try:
+        hosts = attach_to_workers(workers=[*now.addresses, address_once_allocated()])
+        assert asked.wait(30)
+        assert hosts.initialized.get(timeout=60) is True
+        pids = hosts.spawn_procs().spawn("v", Victim).pid.call().get(timeout=60)
+        parents = [parent_of(pid) for _, pid in pids.items()]
+        assert parents == [fork_server_of(now.procs[0].pid), fork_server_of(later.procs[0].pid)]
+        hosts.shutdown().get(timeout=60)
+        assert [w.wait(30) for w in (*now.procs, *later.procs)] == [0, 0]
+    finally:
+        now.close()
+        later.close()
+
+
+def test_a_worker_future_that_fails_fails_the_mesh_with_its_reason():
+    job_secret()
+
+    @returns_future
+    async def no_allocation() -> str:
+        raise RuntimeError("the scheduler found no free node")
+
+    hosts = attach_to_workers(workers=[no_allocation()])
+    with pytest.raises(RuntimeError, match="no free node"):
+        hosts.initialized.get(timeout=60)
 
 
 def test_shutdown_right_after_attach_reaches_a_worker_that_is_not_up_yet():

@@ -13,17 +13,21 @@ handshake.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import itertools
 import logging
 import socket
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 import pynng
+import pynng.nng
 from pynng._nng import lib as pynng_lib
 
 from ._address import Address
@@ -58,6 +62,8 @@ PART_HEAD = struct.Struct("<BQ")  # Kind.PART, the whole message's length
 DEPARTURE_GRACE = 0.1  # seconds between nng's removal notice and our report
 SWEEP_INTERVAL = 0.25  # seconds between checks that every known pipe still exists
 BYE_TIMEOUT_MS = 2000  # how long a closing sender waits for the listener's answer
+TEARDOWN_WAIT = 5.0  # seconds the exit waits for threads to leave nng once it closed their sockets
+T = TypeVar("T")
 
 
 def _url(address: Address) -> str:
@@ -117,7 +123,7 @@ class NngListener(QueuedListener):
         # decided by the listening address, never by a peer's (any local user
         # can connect from 127.0.0.1)
         self._seal = required(settings.integrity, address.scheme, address.path or "")
-        self._sock = pynng.Pair1(
+        self._sock = _opened(
             polyamorous=True,
             recv_max_size=PIECE + (1 << 12),  # a piece, its head and nng's own
             **_tls(address, settings, server=True),
@@ -388,7 +394,7 @@ class NngListener(QueuedListener):
             if self._gate is not None:
                 self._gate.close()
             self._loop.remove_reader(self._fd)
-            await anyio.to_thread.run_sync(self._sock.close)
+            await _off_loop(self._sock.close)
             self._queue.put(ListenerClosed(f"listener on {self.address} is closed"))
 
 
@@ -406,10 +412,78 @@ def _in_worker(loop: asyncio.AbstractEventLoop, work: Callable[[], None]) -> boo
     whether a worker could be had. None can once the interpreter is exiting,
     which is just when peers go away in numbers: the caller then decides."""
     try:
-        loop.run_in_executor(None, work)
+        loop.run_in_executor(None, _inside_nng, work)
     except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
         return False
     return True
+
+
+# -- nng is torn down at exit only once no thread of ours is inside it ------------
+#
+# pynng's exit handler calls nng_fini, which closes every socket and then frees
+# nng's timers and threads. A worker thread still inside a blocking call (a
+# goodbye waiting for its answer, a send, a dial) wakes with "closed" and
+# unwinds through those timers as they are freed: nng panics (SIGABRT), or the
+# teardown waits forever on a timer list that never empties. So every blocking
+# call runs through ``_inside_nng``, and the exit closes our sockets first,
+# waits for those calls to return, refuses new ones, and only then finishes nng.
+
+_sockets: weakref.WeakSet[pynng.Socket] = weakref.WeakSet()
+_calls = threading.Condition()
+_inside = 0  # blocking nng calls running now (under ``_calls``)
+_finishing = False  # the exit began tearing nng down: no call may enter
+
+
+def _opened(**options: Any) -> pynng.Pair1:
+    """A new PAIR1 socket, which the exit closes if nothing else did."""
+    sock = pynng.Pair1(**options)
+    _sockets.add(sock)
+    return sock
+
+
+def _inside_nng(work: Callable[..., T], *args: Any) -> T:
+    """Run ``work`` (blocking nng calls, on a worker thread) where the exit sees
+    it: nng is not torn down until it returns."""
+    global _inside
+    with _calls:
+        if _finishing:
+            raise pynng.Closed("nng is shutting down: the process exits", pynng_lib.NNG_ECLOSED)
+        _inside += 1
+    try:
+        return work(*args)
+    finally:
+        with _calls:
+            _inside -= 1
+            _calls.notify_all()
+
+
+async def _off_loop(work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``, blocking nng calls, on a worker thread (``_inside_nng``)."""
+    return await anyio.to_thread.run_sync(_inside_nng, work, *args)
+
+
+def _finish_nng() -> None:
+    """pynng's exit handler, made safe: close every socket (which wakes the
+    threads blocked in them), wait for every call to leave nng, then nng_fini.
+    A call still inside after ``TEARDOWN_WAIT`` leaves nng as it is: tearing it
+    down under that thread would crash the exit, and the system frees it."""
+    global _finishing
+    with _calls:
+        _finishing = True
+    for sock in list(_sockets):
+        with contextlib.suppress(pynng.NNGException):
+            sock.close()
+    with _calls:
+        quiet = _calls.wait_for(lambda: _inside == 0, TEARDOWN_WAIT)
+    if quiet:
+        pynng_lib.nng_fini()
+    else:
+        log.debug("a thread is still inside nng at exit; nng is left to the system")
+
+
+# in its place: pynng's handler (named as in pynng 0.9) would call nng_fini first
+atexit.unregister(getattr(pynng.nng, "_pynng_atexit", None))
+atexit.register(_finish_nng)
 
 
 def _close_pipe(pipe: pynng.Pipe) -> None:
@@ -520,7 +594,7 @@ class NngSender(Sender):
             self._busy += 1
         try:
             async with self._lock:
-                await anyio.to_thread.run_sync(self._blocking_send, pieces)
+                await _off_loop(self._blocking_send, pieces)
         finally:
             self._busy -= 1
 
@@ -538,7 +612,7 @@ class NngSender(Sender):
             if not self._sock.pipes:  # lost meanwhile: nothing to say goodbye to
                 self._sock.close()
                 return
-            await anyio.to_thread.run_sync(self._say_goodbye)
+            await _off_loop(self._say_goodbye)
 
     def _say_goodbye(self) -> None:
         """nng may close a socket before its last messages are written (seen
@@ -593,7 +667,7 @@ class NngTransport(Transport):
         return NngListener(address, settings)
 
     async def connect(self, address: Address, settings: Settings) -> Sender:
-        sock, client = await anyio.to_thread.run_sync(_dial_and_authenticate, address, settings)
+        sock, client = await _off_loop(_dial_and_authenticate, address, settings)
         seal = client.seal_requested or required(
             settings.integrity, address.scheme, address.path or ""
         )
@@ -603,7 +677,7 @@ class NngTransport(Transport):
 def _dial_and_authenticate(
     address: Address, settings: Settings
 ) -> tuple[pynng.Pair1, ClientHandshake]:
-    sock = pynng.Pair1(recv_max_size=1 << 16, **_tls(address, settings, server=False))
+    sock = _opened(recv_max_size=1 << 16, **_tls(address, settings, server=False))
     sock.recv_timeout = int(settings.handshake_timeout * 1000)
     sock.send_timeout = int(settings.handshake_timeout * 1000)
     try:

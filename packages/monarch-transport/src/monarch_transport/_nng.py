@@ -481,8 +481,10 @@ def _finish_nng() -> None:
         log.debug("a thread is still inside nng at exit; nng is left to the system")
 
 
-# in its place: pynng's handler (named as in pynng 0.9) would call nng_fini first
-atexit.unregister(getattr(pynng.nng, "_pynng_atexit", None))
+# in place of pynng's handler (named as in pynng 0.9), which would call nng_fini at once
+_pynng_exit = getattr(pynng.nng, "_pynng_atexit", None)
+if _pynng_exit is not None:
+    atexit.unregister(_pynng_exit)
 atexit.register(_finish_nng)
 
 
@@ -505,6 +507,7 @@ class NngSender(Sender):
         self._loop = asyncio.get_running_loop()
         self._lock = asyncio.Lock()
         self._busy = 0  # sends waiting in a worker thread; later sends queue behind them
+        self._hanging_up = False  # saying goodbye: losing the listener ends it
         sock.add_post_pipe_remove_cb(self._on_remove)
         if not sock.pipes:  # lost between the handshake and now
             self._lost("the listener closed the connection")
@@ -515,9 +518,12 @@ class NngSender(Sender):
     def _lost(self, reason: str) -> None:
         if self._reason is None:
             self._lose(reason)
-            # nng would redial on its own; a new connection must authenticate anew
-            if not _in_worker(self._loop, self._sock.close):
-                self._sock.close()
+        elif not self._hanging_up:
+            return
+        # nng would redial on its own (a new connection must authenticate anew),
+        # and a goodbye waiting for this listener's answer would wait in vain
+        if not _in_worker(self._loop, self._sock.close):
+            self._sock.close()
 
     def send_nowait(self, frames: Sequence[Buffer]) -> bool:
         if self._reason is not None:
@@ -609,6 +615,7 @@ class NngSender(Sender):
 
     async def _hang_up(self) -> None:
         async with self._lock:  # messages already handed to us go out first
+            self._hanging_up = True
             if not self._sock.pipes:  # lost meanwhile: nothing to say goodbye to
                 self._sock.close()
                 return

@@ -137,6 +137,19 @@ def test_a_silent_host_is_declared_lost_after_its_deadline(workers, failures):
     procs.slice(hosts=0).stop().get(timeout=30)
 
 
+def test_stopping_procs_on_a_host_declared_lost_returns_without_their_answer(workers):
+    """A stop that a silent host will never answer (at exit, say) ends once
+    the host is declared lost: its procs count as exited."""
+    hosts = attach_to_workers(workers=workers.addresses, ca="trust_all_connections")
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    procs.spawn("v", Victim).pid.call().get(timeout=60)
+    os.killpg(workers.procs[1].pid, signal.SIGSTOP)
+    try:
+        procs.stop().get(timeout=30)  # asked before the host's deadline, rank 1 too
+    finally:
+        os.killpg(workers.procs[1].pid, signal.SIGCONT)
+
+
 def children_of(pid: int) -> list[int]:
     children = []
     for entry in os.listdir("/proc"):

@@ -338,6 +338,8 @@ def stop_procs(
             stop = {Key.KIND: Kind.STOP_PROC, Key.REPLY_TO: port, Key.RANK: position}
             runtime.send(address, {**stop, Key.WHY: reason}, None)
         gather.result.add_done_callback(lambda _: runtime.call_soon(reaped))
+        if table.owned:  # a process that exited will not answer: its exit settles it
+            table.when_exited(ranks, lambda: _settle(done))
         runtime.loop.call_later(timeout, kill_left)
 
     def reaped() -> None:

@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 
 import pytest
 from script_runner import run_script
@@ -46,6 +47,104 @@ def test_no_orphans_when_the_controller_ends(how):
     finally:
         script.kill()
         script.wait()
+
+
+@pytest.mark.parametrize("end", ["return", "ctrl-c"])
+def test_a_script_ends_without_waiting_for_actors_busy_in_a_message(end, tmp_path):
+    """Monarch ends a script at once, busy actors or not: so does this. Idle
+    actors still run their __cleanup__; the busy ones are cut short (their
+    stop would wait behind a message that, here, never returns)."""
+    script = run_script(
+        f"""
+        from monarch_actor import this_proc
+
+        class Sleeper(Actor):
+            @endpoint
+            def nap(self) -> None:
+                time.sleep(600)
+
+            @endpoint
+            def pid(self) -> int:
+                return os.getpid()
+
+            def __cleanup__(self, exc) -> None:
+                open(os.path.join({str(tmp_path)!r}, f"cleaned-{{os.getpid()}}"), "w").close()
+
+        procs = this_host().spawn_procs(per_host={{"gpus": 2}})
+        sleepers = procs.spawn("sleepers", Sleeper)
+        pids = list(sleepers.pid.call().get().values())
+        sleepers.slice(gpus=0).nap.call_one()  # busy from now on; rank 1 stays idle
+        this_proc().spawn("local", Sleeper).nap.call_one()  # busy in this process too
+        print(" ".join(map(str, [host_agent().process.pid, *pids])), flush=True)
+        if {end == "ctrl-c"!r}:
+            sleepers.slice(gpus=0).nap.call_one().get()  # interrupted by the test
+        """
+    )
+    try:
+        line = script.stdout.readline()
+        agent, busy, idle = [int(p) for p in line.split()]
+        if end == "ctrl-c":
+            script.send_signal(signal.SIGINT)
+        # waiting for the busy actors would take 8 s (a proc's, STOP_TIMEOUT - 2)
+        # and 4 s (this process's, the cleanup timeout and 1 s)
+        script.wait(3)
+        assert gone([agent, busy, idle]) == []
+        assert (tmp_path / f"cleaned-{idle}").exists()
+        assert not (tmp_path / f"cleaned-{busy}").exists()
+    finally:
+        script.kill()
+        script.wait()
+
+
+def test_ctrl_c_reaches_a_get_whichever_thread_the_kernel_gives_it_to():
+    """Python runs signal handlers on the main thread only; a SIGINT the
+    kernel hands to another thread (here, forced: an actor's of the script's
+    own process) must still end the main thread's `.get()`."""
+    script = run_script(
+        """
+        import signal, threading
+        from monarch_actor import this_proc
+
+        class Poker(Actor):
+            @endpoint
+            def poke_once_main_waits(self) -> None:
+                main = threading.main_thread().ident
+                while not sys._current_frames()[main].f_code.co_filename.endswith("reply.py"):
+                    time.sleep(0.001)  # the script is on its way into .get()
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread
+                time.sleep(600)
+
+        try:
+            this_proc().spawn("poker", Poker).poke_once_main_waits.call_one().get()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        """
+    )
+    try:
+        assert script.stdout.readline() == "interrupted\n"
+        script.wait(30)
+    finally:
+        script.kill()
+        script.wait()
+
+
+def blocks_sigint(native_id: int) -> bool:
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        blocked = next(line for line in status if line.startswith("SigBlk:"))
+    return bool(int(blocked.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+
+def test_the_runtimes_threads_leave_ctrl_c_to_the_main_thread_and_actors_take_it():
+    from actors import Victim
+
+    from monarch_actor import this_proc
+
+    this_proc().spawn("local", Victim).pid.call_one().get()
+    by_name = {thread.name: thread.native_id for thread in threading.enumerate()}
+    assert blocks_sigint(by_name["monarch-control"])  # and the threads it starts
+    # an actor runs the user's code, whose child processes inherit its mask
+    assert not blocks_sigint(by_name["monarch-actor-driver"])
+    assert not blocks_sigint(threading.main_thread().native_id)
 
 
 def test_output_streams_to_the_controller_tagged_with_rank():

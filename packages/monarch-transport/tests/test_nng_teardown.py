@@ -58,6 +58,7 @@ def test_a_goodbye_ends_when_the_listener_dies_instead_of_waiting_for_its_answer
         listener.kill()
         listener.wait()
 
+
 BLOCKED_AT_EXIT = """
     import sys, threading, time
     import pynng

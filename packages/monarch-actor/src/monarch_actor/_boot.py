@@ -53,7 +53,7 @@ from ._core.process import (
     set_starter,
 )
 from ._core.router import Runtime
-from ._core.threads import run_in_thread
+from ._core.threads import leave_ctrl_c_to_the_main_thread, run_in_thread
 from ._core.wire import Kind, ready_header
 from ._debugger.remote_pdb import install_breakpoint_hook
 from ._procs.agent import start_fork_server
@@ -109,6 +109,7 @@ def start_controller() -> Runtime:
     started: concurrent.futures.Future[Runtime] = concurrent.futures.Future()
 
     def main() -> None:
+        leave_ctrl_c_to_the_main_thread()  # and every thread the loop starts
         loop = new_event_loop()
         asyncio.set_event_loop(loop)
         try:

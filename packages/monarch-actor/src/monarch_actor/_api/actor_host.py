@@ -32,6 +32,7 @@ from .._core.extensions import extension
 from .._core.lifecycle import ActorFailed, ActorStarted, ActorStopped, emit
 from .._core.ports import Port
 from .._core.router import Frames, Runtime
+from .._core.threads import take_ctrl_c_too
 from .._core.wire import Key, Op, port_header
 from .._procs.table import ProcTables
 from .._supervision.supervise import Supervision
@@ -121,6 +122,14 @@ class ActorHost:
         """Wait for the actor's thread to end."""
         self.thread.join(timeout)
 
+    def busy(self) -> bool:
+        """Whether a message runs or waits here: a stop would wait behind it."""
+        if self.stats.current:
+            return True
+        if self.is_async:
+            return not self.mailbox.empty() or bool(self.tasks)
+        return not self.thread_gone and not self.inbox.empty()
+
     def post(self, header: dict[str, Any], frames: Frames) -> None:
         """Queue one message (from the control loop)."""
         if header.get(Key.OP) == _STOP_OP:
@@ -158,6 +167,7 @@ class ActorHost:
             self.inbox.put((None, None))  # wakes the thread if it waits for a message
 
     def _run_sync(self) -> None:
+        take_ctrl_c_too()
         while True:
             header, frames = self.inbox.get()
             while self.urgent:
@@ -184,6 +194,7 @@ class ActorHost:
                 self._step(header, frames)
 
     def _run_async(self) -> None:
+        take_ctrl_c_too()
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(self._serve_async())
         self.loop.close()

@@ -31,6 +31,9 @@ class Hosted(Protocol):
     def join(self, timeout: float) -> None:
         """Wait for the actor's thread to end."""
 
+    def busy(self) -> bool:
+        """Whether a message runs or waits here: a stop would wait behind it."""
+
 
 class LocalActors:
     """This process's actors (a runtime service; used on the control loop)."""
@@ -92,17 +95,23 @@ class LocalActors:
         one[Key.BRANCH] = [first, first + 1]
         self.runtime.undeliverable([encode_header(one), *frames[1:]], self.runtime.address, reason)
 
-    def stop_all(self, reason: str) -> Reply[Any]:
+    def stop_all(self, reason: str, leave_busy: bool = False) -> Reply[Any]:
         """Stop every actor here (their ``__cleanup__`` runs; on the loop);
-        the future resolves once all have answered."""
+        the future resolves once all have answered, or, when ``leave_busy``
+        (the process is about to end), all but those busy in a message, whose
+        stop waits behind it and which the end of the process cuts short."""
         hosts = list(self.hosts.values())
-        gather = Gather(self.runtime, len(hosts), "all")
-        if not hosts:
+        awaited = [host for host in hosts if not (leave_busy and host.busy())]
+        gather = Gather(self.runtime, len(awaited), "all")
+        if not awaited:
             gather.result.set_result([])
-            return gather.result
-        reply_to = gather.open([self.runtime.address] * len(hosts))
-        for position, host in enumerate(hosts):
-            stop = call_header(Op.STOP, host.key, host.name, reply_to, **{Key.WHY: reason})
+        reply_to = gather.open([self.runtime.address] * len(awaited)) if awaited else None
+        for host in hosts:
+            answers = host in awaited  # a stop without a reply port answers nobody
+            position = awaited.index(host) if answers else 0
+            stop = call_header(
+                Op.STOP, host.key, host.name, reply_to if answers else None, **{Key.WHY: reason}
+            )
             stop[Key.BRANCH] = [position, position + 1]
             host.post(stop, [])
         return gather.result

@@ -23,9 +23,9 @@ from .._core.gather import Gather
 from .._core.lifecycle import ProcExited, emit
 from .._core.process import get_runtime, maybe_runtime
 from .._core.progress import progress, shows_progress
-from .._core.reply import to_asyncio
+from .._core.reply import Reply, to_asyncio
 from .._core.router import Frames, Runtime
-from .._core.threads import run_in_thread
+from .._core.threads import leave_ctrl_c_to_the_main_thread, run_in_thread
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
 from .._procs.bootstrap import BootstrapCommand
@@ -34,7 +34,7 @@ from .._procs.logs import drain_output, flush_lines, set_log_mode
 from .._procs.remote import RemoteAgent, RemoteAgents
 from .._procs.table import ProcTable, ProcTables, table_for
 from .._supervision.supervise import Supervision
-from .local_actors import LocalActors
+from .local_actors import Hosted, LocalActors
 
 __all__ = [
     "PROC_ENTRY",
@@ -110,6 +110,7 @@ LARGE_MESH = 16  # procs: a mesh this large shows its start on the terminal
 def _show_start(table: ProcTable) -> None:
     """A progress line while a large mesh's processes start (they report in
     on the loop; this only looks)."""
+    leave_ctrl_c_to_the_main_thread()
     with progress(f"starting proc mesh {table.name!r}", total=table.size) as line:
         while not table.ready_event.wait(0.1) and table.failure is None:
             line.update(completed=sum(a is not None for a in table.addresses))
@@ -311,10 +312,16 @@ def when_started(table: ProcTable) -> Future[bool]:
 
 
 def stop_procs(
-    table: ProcTable, ranks: list[int], reason: str, timeout: float = STOP_TIMEOUT
+    table: ProcTable,
+    ranks: list[int],
+    reason: str,
+    timeout: float = STOP_TIMEOUT,
+    leave_busy: bool = False,
 ) -> Future[None]:
     """Ask each process of ``ranks`` to stop its actors and exit; the future
-    resolves once all have exited (killed after ``timeout`` seconds)."""
+    resolves once all have exited (killed after ``timeout`` seconds). With
+    ``leave_busy`` (this process exits) they do not wait for actors busy in a
+    message."""
     runtime = get_runtime()
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
@@ -336,6 +343,8 @@ def stop_procs(
         port = gather.open(addresses)
         for position, address in enumerate(addresses):
             stop = {Key.KIND: Kind.STOP_PROC, Key.REPLY_TO: port, Key.RANK: position}
+            if leave_busy:
+                stop[Key.LEAVE_BUSY] = 1
             runtime.send(address, {**stop, Key.WHY: reason}, None)
         gather.result.add_done_callback(lambda _: runtime.call_soon(reaped))
         if table.owned:  # a process that exited will not answer: its exit settles it
@@ -400,7 +409,9 @@ def _owner_lost(runtime: Runtime, owner: str, address: str) -> None:
 
 async def _stop_proc(runtime: Runtime, header: dict[str, Any]) -> None:
     """Stop every actor here (their ``__cleanup__`` runs), answer, then exit."""
-    stopped = runtime.get(LocalActors).stop_all(header.get(Key.WHY) or "stopped by client")
+    stopped = runtime.get(LocalActors).stop_all(
+        header.get(Key.WHY) or "stopped by client", leave_busy=Key.LEAVE_BUSY in header
+    )
     with contextlib.suppress(Exception):
         await asyncio.wait_for(to_asyncio(stopped, runtime.loop), STOP_TIMEOUT - 2)
     await drain_output()  # its last lines reach the owner before the answer
@@ -412,17 +423,21 @@ async def _stop_proc(runtime: Runtime, header: dict[str, Any]) -> None:
 
 
 def stop_local_actors(runtime: Runtime) -> None:
-    """Stop the actors living in the controller's own process (their
-    ``__cleanup__`` runs) and wait for their threads, within the cleanup timeout."""
+    """Stop the actors living in the controller's own process as it exits
+    (their ``__cleanup__`` runs) and wait for their threads, within the
+    cleanup timeout; an actor busy in a message is not waited for."""
     actors = runtime.get(LocalActors)
-    hosts = list(actors.hosts.values())
     deadline = time.monotonic() + cleanup_timeout() + 1.0
+
+    def stop() -> tuple[list[Hosted], Reply[Any]]:
+        idle = [host for host in actors.hosts.values() if not host.busy()]
+        return idle, actors.stop_all("the controller exited", leave_busy=True)
+
     with contextlib.suppress(Exception):
-        runtime.run_sync(actors.stop_all, "the controller exited").result(
-            max(0.0, deadline - time.monotonic())
-        )
-    for host in hosts:
-        host.join(max(0.0, deadline - time.monotonic()))
+        idle, stopped = runtime.run_sync(stop)
+        stopped.result(max(0.0, deadline - time.monotonic()))
+        for host in idle:
+            host.join(max(0.0, deadline - time.monotonic()))
 
 
 _shutdown_claimed = threading.Lock()
@@ -456,7 +471,7 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     if maybe_runtime() is None or not _shutdown_claimed.acquire(blocking=False):
         done.set_result(None)
         return Future._of(done)
-    return Future._of(run_in_thread("monarch-shutdown", stop_everything, timeout))
+    return Future._of(run_in_thread("monarch-shutdown", stop_everything, timeout, False))
 
 
 def _stopping_unstarted(runtime: Runtime, table: ProcTable, reason: str) -> None:
@@ -464,9 +479,11 @@ def _stopping_unstarted(runtime: Runtime, table: ProcTable, reason: str) -> None
     Supervision.of(runtime).stopping_procs(table, reason)
 
 
-def stop_everything(timeout: float = STOP_TIMEOUT) -> None:
+def stop_everything(timeout: float = STOP_TIMEOUT, leave_busy: bool = True) -> None:
     """Stop every proc mesh this process started, and its host agents (each
-    process is killed after ``timeout`` seconds)."""
+    process is killed after ``timeout`` seconds). Unless ``leave_busy`` is
+    False, as this process exits, actors busy in a message are not waited
+    for: their processes end once the others have stopped."""
     runtime = maybe_runtime()
     if runtime is None:
         return
@@ -476,7 +493,7 @@ def stop_everything(timeout: float = STOP_TIMEOUT) -> None:
         if not table.owned or table.stopped:
             continue
         if table.ready:
-            futures.append(stop_procs(table, list(range(table.size)), reason, timeout))
+            futures.append(stop_procs(table, list(range(table.size)), reason, timeout, leave_busy))
         else:  # still starting: the agent ends them below, and that is no failure
             runtime.run_sync(_stopping_unstarted, runtime, table, reason)
     for future in futures:

@@ -73,6 +73,8 @@ class Key:
     PORT_ID = "pid"
     RANK = "r"  # the position the value is for (the sender's rank in the call)
     FAILED = "x"  # present: the payload is an exception to raise
+    # Kind.STOP_PROC
+    LEAVE_BUSY = "lb"  # present: actors busy in a message are not waited for (the owner exits)
     # Kind.READY, Kind.TABLE, Kind.HEARTBEAT, Kind.LOGS
     MESH = "mesh"
     ADDRESS = "addr"

@@ -37,6 +37,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes, AttributeValue
 
+from .._core.threads import leave_ctrl_c_to_the_main_thread
 from . import otlp
 from .otlp import SharedAttributes
 
@@ -358,6 +359,7 @@ class SpanRecorder(trace.Tracer):
             self._wake.set()
 
     def _run(self) -> None:
+        leave_ctrl_c_to_the_main_thread()
         while not self._closed:
             self._wake.wait(self._delay)
             self._wake.clear()

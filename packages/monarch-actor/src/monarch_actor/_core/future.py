@@ -6,6 +6,8 @@ import asyncio
 import concurrent.futures
 import math
 import sys
+import threading
+import time
 import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
@@ -16,6 +18,27 @@ __all__ = ["Future"]
 
 R = TypeVar("R")
 INTERNAL = object()  # the key only the runtime holds to make a Future
+_MAIN_THREAD = threading.main_thread().ident
+# Python runs signal handlers on the main thread, but a signal the kernel gives
+# another thread does not wake it from a lock: `get()` there waits in slices
+# this long, so that Ctrl-C raises KeyboardInterrupt at once, whichever thread
+# received it (an actor's of the script's own process, say).
+SIGNAL_CHECK = 0.2  # seconds
+
+
+def _result_interruptibly(
+    cf: concurrent.futures.Future[Any] | Reply[Any], timeout: float | None
+) -> Any:
+    """``cf.result(timeout)`` in slices of ``SIGNAL_CHECK``, between which
+    Python runs the signal handlers that other threads received."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = SIGNAL_CHECK if deadline is None else min(SIGNAL_CHECK, deadline - time.monotonic())
+        try:
+            return cf.result(max(left, 0.0))
+        except concurrent.futures.TimeoutError:
+            if cf.done() or (deadline is not None and time.monotonic() >= deadline):
+                raise
 
 
 class Future(Generic[R]):
@@ -76,6 +99,9 @@ class Future(Generic[R]):
                 stacklevel=2,
             )
         try:
+            if threading.get_ident() == _MAIN_THREAD and not self._cf.done():
+                result: R = _result_interruptibly(self._cf, timeout)
+                return result
             return self._cf.result(timeout)
         except concurrent.futures.TimeoutError:
             if self._cf.done():  # the operation itself failed with a TimeoutError: that one

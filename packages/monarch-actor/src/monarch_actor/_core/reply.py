@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -24,25 +23,6 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _PENDING, _RESULT, _ERROR, _CANCELLED = 0, 1, 2, 3
-_MAIN_THREAD = threading.main_thread().ident
-# The main thread runs Python's signal handlers, but a signal the kernel gives
-# another thread does not wake it from a lock: it waits in slices this long,
-# so that Ctrl-C raises KeyboardInterrupt in a `.get()` at once, whichever
-# thread the kernel picked (an actor's of this process, say).
-SIGNAL_CHECK = 0.2  # seconds
-
-
-def _wait_interruptibly(latch: threading.Lock, timeout: float | None) -> bool:
-    """``latch.acquire(timeout=...)`` for the main thread, in slices of
-    ``SIGNAL_CHECK``: between two, Python runs the signal handlers that
-    other threads received."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        left = SIGNAL_CHECK if deadline is None else min(SIGNAL_CHECK, deadline - time.monotonic())
-        if latch.acquire(timeout=max(left, 0.0)):
-            return True
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
 
 
 class Reply(Generic[T]):
@@ -116,11 +96,7 @@ class Reply(Generic[T]):
 
     def _wait(self, timeout: float | None) -> None:
         if self._state == _PENDING:
-            if threading.get_ident() == _MAIN_THREAD:
-                settled = _wait_interruptibly(self._latch, timeout)
-            else:
-                settled = self._latch.acquire(timeout=-1 if timeout is None else timeout)
-            if not settled:
+            if not self._latch.acquire(timeout=-1 if timeout is None else timeout):
                 raise concurrent.futures.TimeoutError()
             self._latch.release()  # for the next waiter
 

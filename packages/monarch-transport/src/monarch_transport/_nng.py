@@ -412,7 +412,7 @@ def _in_worker(loop: asyncio.AbstractEventLoop, work: Callable[[], None]) -> boo
     whether a worker could be had. None can once the interpreter is exiting,
     which is just when peers go away in numbers: the caller then decides."""
     try:
-        loop.run_in_executor(None, _inside_nng, work)
+        loop.run_in_executor(None, _unless_finishing, work)
     except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
         return False
     return True
@@ -455,6 +455,13 @@ def _inside_nng(work: Callable[..., T], *args: Any) -> T:
         with _calls:
             _inside -= 1
             _calls.notify_all()
+
+
+def _unless_finishing(work: Callable[[], None]) -> None:
+    """``_inside_nng(work)`` for work nobody waits on: refused at exit, it is
+    dropped (the exit closes every socket itself)."""
+    with contextlib.suppress(pynng.Closed):
+        _inside_nng(work)
 
 
 async def _off_loop(work: Callable[..., T], *args: Any) -> T:

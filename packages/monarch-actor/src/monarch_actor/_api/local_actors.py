@@ -95,23 +95,25 @@ class LocalActors:
         one[Key.BRANCH] = [first, first + 1]
         self.runtime.undeliverable([encode_header(one), *frames[1:]], self.runtime.address, reason)
 
-    def stop_all(self, reason: str, leave_busy: bool = False) -> Reply[Any]:
+    def idle(self) -> list[Hosted]:
+        """The actors here that no message keeps busy (on the loop)."""
+        return [host for host in self.hosts.values() if not host.busy()]
+
+    def stop_all(self, reason: str, awaited: list[Hosted] | None = None) -> Reply[Any]:
         """Stop every actor here (their ``__cleanup__`` runs; on the loop);
-        the future resolves once all have answered, or, when ``leave_busy``
-        (the process is about to end), all but those busy in a message, whose
-        stop waits behind it and which the end of the process cuts short."""
+        the future resolves once those of ``awaited`` (default: all) have
+        answered. A process about to end awaits its ``idle`` ones: a busy
+        actor's stop waits behind its message, which the end cuts short."""
         hosts = list(self.hosts.values())
-        awaited = [host for host in hosts if not (leave_busy and host.busy())]
-        gather = Gather(self.runtime, len(awaited), "all")
-        if not awaited:
+        positions = {id(host): i for i, host in enumerate(hosts if awaited is None else awaited)}
+        gather = Gather(self.runtime, len(positions), "all")
+        if not positions:
             gather.result.set_result([])
-        reply_to = gather.open([self.runtime.address] * len(awaited)) if awaited else None
+        reply_to = gather.open([self.runtime.address] * len(positions)) if positions else None
         for host in hosts:
-            answers = host in awaited  # a stop without a reply port answers nobody
-            position = awaited.index(host) if answers else 0
-            stop = call_header(
-                Op.STOP, host.key, host.name, reply_to if answers else None, **{Key.WHY: reason}
-            )
-            stop[Key.BRANCH] = [position, position + 1]
+            position = positions.get(id(host))  # none: the stop answers nobody
+            answer_to = None if position is None else reply_to
+            stop = call_header(Op.STOP, host.key, host.name, answer_to, **{Key.WHY: reason})
+            stop[Key.BRANCH] = [position or 0, (position or 0) + 1]
             host.post(stop, [])
         return gather.result

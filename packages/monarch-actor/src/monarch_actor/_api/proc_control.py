@@ -289,8 +289,10 @@ def proc_exited(runtime: Runtime, table: ProcTable, rank: int, code: int | None,
         if not table.ready:
             table.failure = reason
             table.mark_ready()
-        if address:
-            runtime.peer_gone(address, reason)
+    if address and (not expected or code is None):
+        # it will never answer: a call waits no more, nor a stop it was asked
+        # before its host was declared lost (a silent host answers nothing)
+        runtime.peer_gone(address, reason)
     supervision.proc_exited(table, rank, reason, expected)
 
 
@@ -347,8 +349,6 @@ def stop_procs(
                 stop[Key.LEAVE_BUSY] = 1
             runtime.send(address, {**stop, Key.WHY: reason}, None)
         gather.result.add_done_callback(lambda _: runtime.call_soon(reaped))
-        if table.owned:  # a process that exited will not answer: its exit settles it
-            table.when_exited(ranks, lambda: _settle(done))
         runtime.loop.call_later(timeout, kill_left)
 
     def reaped() -> None:
@@ -409,9 +409,9 @@ def _owner_lost(runtime: Runtime, owner: str, address: str) -> None:
 
 async def _stop_proc(runtime: Runtime, header: dict[str, Any]) -> None:
     """Stop every actor here (their ``__cleanup__`` runs), answer, then exit."""
-    stopped = runtime.get(LocalActors).stop_all(
-        header.get(Key.WHY) or "stopped by client", leave_busy=Key.LEAVE_BUSY in header
-    )
+    actors = runtime.get(LocalActors)
+    awaited = actors.idle() if Key.LEAVE_BUSY in header else None
+    stopped = actors.stop_all(header.get(Key.WHY) or "stopped by client", awaited)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(to_asyncio(stopped, runtime.loop), STOP_TIMEOUT - 2)
     await drain_output()  # its last lines reach the owner before the answer
@@ -430,8 +430,8 @@ def stop_local_actors(runtime: Runtime) -> None:
     deadline = time.monotonic() + cleanup_timeout() + 1.0
 
     def stop() -> tuple[list[Hosted], Reply[Any]]:
-        idle = [host for host in actors.hosts.values() if not host.busy()]
-        return idle, actors.stop_all("the controller exited", leave_busy=True)
+        idle = actors.idle()
+        return idle, actors.stop_all("the controller exited", idle)
 
     with contextlib.suppress(Exception):
         idle, stopped = runtime.run_sync(stop)
@@ -471,7 +471,9 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     if maybe_runtime() is None or not _shutdown_claimed.acquire(blocking=False):
         done.set_result(None)
         return Future._of(done)
-    return Future._of(run_in_thread("monarch-shutdown", stop_everything, timeout, False))
+    return Future._of(
+        run_in_thread("monarch-shutdown", stop_everything, timeout, leave_busy=False)
+    )
 
 
 def _stopping_unstarted(runtime: Runtime, table: ProcTable, reason: str) -> None:

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from monarch_actor._core.future import INTERNAL, Future, _result_interruptibly
 from monarch_actor._core.reply import Reply, to_asyncio
 
 
@@ -119,3 +120,33 @@ def test_asyncio_awaits_a_reply_settled_on_another_thread() -> None:
     ok, failed, cancelled, done, plain = asyncio.run(main())
     assert ok == 1 and isinstance(failed, ValueError) and done == 0 and plain == 9
     assert isinstance(cancelled, asyncio.CancelledError)
+
+
+class _SettledAsTheSliceEnds(Reply[int]):
+    """A reply whose first wait times out at the moment it is settled: the
+    race a `get()` waiting in slices meets when the answer arrives just as a
+    slice ends."""
+
+    def _wait(self, timeout: float | None) -> None:
+        if not self.done():
+            self.set_result(7)
+            raise concurrent.futures.TimeoutError()
+        super()._wait(timeout)
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_get_returns_a_result_settled_as_its_wait_slice_times_out(timeout: float | None) -> None:
+    assert _result_interruptibly(_SettledAsTheSliceEnds(), timeout) == 7
+
+
+def test_get_raises_the_timeout_error_a_call_was_settled_with() -> None:
+    reply: Reply[int] = Reply()
+    reply.set_exception(TimeoutError("the endpoint's own"))
+    with pytest.raises(TimeoutError, match="the endpoint's own"):
+        _result_interruptibly(reply, None)
+
+
+def test_get_off_the_main_thread_returns_a_result_settled_as_its_wait_times_out() -> None:
+    future: Future[int] = Future(INTERNAL, _SettledAsTheSliceEnds())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert pool.submit(future.get, 30.0).result(30) == 7

@@ -37,7 +37,11 @@ def _result_interruptibly(
         try:
             return cf.result(max(left, 0.0))
         except concurrent.futures.TimeoutError:
-            if cf.done() or (deadline is not None and time.monotonic() >= deadline):
+            if cf.done():
+                # Settled after this slice timed out, or settled with a
+                # TimeoutError of its own: either way its outcome is the answer.
+                return cf.result(0)
+            if deadline is not None and time.monotonic() >= deadline:
                 raise
 
 
@@ -104,8 +108,8 @@ class Future(Generic[R]):
                 return result
             return self._cf.result(timeout)
         except concurrent.futures.TimeoutError:
-            if self._cf.done():  # the operation itself failed with a TimeoutError: that one
-                raise
+            if self._cf.done():  # settled as the wait ended, or failed with a TimeoutError
+                return self._cf.result(0)
             raise TimeoutError(f"the result did not arrive within {timeout} s") from None
 
     result = get

@@ -7,6 +7,7 @@ import asyncio
 from types import SimpleNamespace
 
 from monarch_actor._core.router import Outbox, Runtime
+from monarch_actor._procs.remote import RemoteAgent
 
 
 class SlowToHangUp:
@@ -36,5 +37,67 @@ def test_a_stopping_runtime_hangs_up_every_connection_at_once() -> None:
             outbox.sender = SlowToHangUp(events, everyone, 3)  # type: ignore[assignment]
         loop.run_until_complete(runtime.close())
         assert events == ["hang up"] * 3 + ["done"] * 3
+    finally:
+        loop.close()
+
+
+class NeverAnswers:
+    """A connection to a peer that never answers a goodbye (a host that was
+    stopped, then declared lost)."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    async def aclose(self) -> None:
+        self.events.append("goodbye")
+        await asyncio.Event().wait()
+
+    async def abort(self, reason: str) -> None:
+        self.events.append(f"cut: {reason}")
+
+
+def test_a_stopping_runtime_cuts_connections_to_peers_declared_lost() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        listener = SimpleNamespace(address="ipc:///nowhere", aclose=lambda: asyncio.sleep(0))
+        runtime = Runtime(loop, listener, "controller")  # type: ignore[arg-type]
+        events: list[str] = []
+        outbox = runtime.outboxes["tcp://10.0.0.2:7000"] = Outbox(runtime, "tcp://10.0.0.2:7000")
+        outbox.sender = NeverAnswers(events)  # type: ignore[assignment]
+        runtime.silent.add("tcp://10.0.0.2:7000")
+        loop.run_until_complete(asyncio.wait_for(runtime.close(), 1.0))
+        assert len(events) == 1 and events[0].startswith("cut: ")
+    finally:
+        loop.close()
+
+
+def test_a_peer_declared_gone_has_its_connection_cut_at_once() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        listener = SimpleNamespace(address="ipc:///nowhere", aclose=lambda: asyncio.sleep(0))
+        runtime = Runtime(loop, listener, "controller")  # type: ignore[arg-type]
+        events: list[str] = []
+        outbox = runtime.outboxes["ipc:///proc"] = Outbox(runtime, "ipc:///proc")
+        outbox.sender = NeverAnswers(events)  # type: ignore[assignment]
+        runtime.peer_gone("ipc:///proc", "its host was lost")
+        loop.run_until_complete(asyncio.sleep(0))
+        assert events == ["cut: its host was lost"]
+        assert outbox.failure == "its host was lost"
+    finally:
+        loop.close()
+
+
+def test_a_host_declared_lost_is_cut_when_the_runtime_stops() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        listener = SimpleNamespace(address="ipc:///nowhere", aclose=lambda: asyncio.sleep(0))
+        runtime = Runtime(loop, listener, "controller")  # type: ignore[arg-type]
+        exits: list[tuple[object, int, int | None, str]] = []
+        host = RemoteAgent(runtime, "tcp://10.0.0.3:7000", lambda *exit: exits.append(exit))
+        host.requests[0] = ("table", 2)
+        host.ready.set_result({})
+        host.host_lost("silent for 5.0 s")
+        assert exits == [("table", 2, None, host.lost)]
+        assert "tcp://10.0.0.3:7000" in runtime.silent
     finally:
         loop.close()

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from monarch_transport import (
+    Address,
     AuthenticationError,
     ConnectError,
     MessageTooLarge,
@@ -500,3 +501,60 @@ async def test_a_listener_lost_while_the_interpreter_exits_is_quiet(wire_backend
         child.kill()
     assert out == "noticed\n", err
     assert child.returncode == 0 and "Traceback" not in err, err
+
+
+async def test_aborting_a_connection_ends_it_for_both_sides_with_the_reason(backend):
+    transport, address = backend
+    async with await transport.listen(address(), settings()) as inbox:
+        out = await transport.connect(inbox.address, settings(name="quitter"))
+        await out.send([b"before"])
+        assert bytes((await next_event(inbox)).frames[0]) == b"before"
+        await out.abort("the peer was declared lost")
+        assert out.closed
+        assert await asyncio.wait_for(out.wait_closed(), 1) == "the peer was declared lost"
+        with pytest.raises(PeerDisconnected, match="declared lost"):
+            await out.send([b"after"])
+        left = await next_event(inbox)
+        assert isinstance(left, PeerLeft) and left.peer.name == "quitter"
+        await out.aclose()  # closing what is cut already does nothing
+
+
+LISTENING_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from monarch_transport import Address, Settings
+    from monarch_transport._registry import backend_class
+
+    async def main():
+        transport = backend_class(sys.argv[1])()
+        inbox = await transport.listen(Address.parse(sys.argv[2]), Settings(secret=b"s" * 32))
+        print(inbox.address, flush=True)
+        async for _ in inbox:
+            pass
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_aborting_a_connection_to_a_stopped_peer_does_not_wait_for_it(wire_backend):
+    """A peer declared lost may be stopped, not dead: an abort neither hands
+    it anything nor waits for its answer, as a goodbye would."""
+    transport, address = wire_backend
+    child = subprocess.Popen(
+        [sys.executable, "-c", LISTENING_CHILD, transport.name, str(address())],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        where = Address.parse((await asyncio.to_thread(child.stdout.readline)).strip())
+        out = await transport.connect(where, settings())
+        await out.send([b"hello"])
+        os.kill(child.pid, signal.SIGSTOP)
+        start = time.monotonic()
+        await asyncio.wait_for(out.abort("declared lost"), 5)
+        assert time.monotonic() - start < 1.0
+        assert out.closed
+    finally:
+        child.kill()
+        child.wait()

@@ -266,10 +266,23 @@ class Sender(_Closing):
             self._lose("closed by this side")
             await self._hang_up()
 
+    async def abort(self, reason: str) -> None:
+        """End the connection at once, for ``reason``, with nothing handed over
+        and nothing said: for a peer known to be gone (dead, or declared dead),
+        which a goodbye would only wait on."""
+        if self._reason is None:
+            self._lose(reason)
+            await self._cut()
+
     @abstractmethod
     async def _hang_up(self) -> None:
         """End the connection, once, when ``aclose`` has just marked it closed
         by this side: hand what is queued to the system first."""
+
+    async def _cut(self) -> None:
+        """End the connection, once, when ``abort`` has just marked it lost.
+        Where a hang-up waits for nobody, it is the same."""
+        await self._hang_up()
 
 
 class Transport(ABC):

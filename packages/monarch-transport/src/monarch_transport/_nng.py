@@ -628,6 +628,11 @@ class NngSender(Sender):
                 return
             await _off_loop(self._say_goodbye)
 
+    async def _cut(self) -> None:
+        # closing wakes a send blocked on the peer; off the loop, as every close
+        if not _in_worker(self._loop, self._sock.close):
+            self._sock.close()
+
     def _say_goodbye(self) -> None:
         """nng may close a socket before its last messages are written (seen
         with TLS): say BYE and wait for the listener's answer, which comes once

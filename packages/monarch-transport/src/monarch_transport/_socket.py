@@ -635,6 +635,10 @@ class SocketSender(Sender):
             if conn.transport is not None:
                 conn.transport.close()  # flushes what is buffered, then closes
 
+    async def _cut(self) -> None:
+        self._conn.close(self._reason or "aborted by this side")
+        self._finish_rest()  # the connection is closed: what other threads left goes nowhere
+
 
 class SocketTransport(Transport):
     name = "socket"

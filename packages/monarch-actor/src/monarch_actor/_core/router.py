@@ -235,11 +235,15 @@ def _host_of(address: str, own: str) -> str:
     return "" if host == own else host
 
 
-async def _hang_up(sender: Sender) -> None:
+async def _hang_up(sender: Sender, silent: bool) -> None:
     """Close one connection when the process stops, giving up after
-    ``HANG_UP_WAIT`` on a peer that does not take what is queued."""
+    ``HANG_UP_WAIT`` on a peer that does not take what is queued; a
+    ``silent`` peer's (declared lost) is cut at once."""
     with contextlib.suppress(TransportError, OSError, TimeoutError):
-        await asyncio.wait_for(sender.aclose(), HANG_UP_WAIT)
+        if silent:
+            await sender.abort("this process is stopping, and the peer was declared lost")
+        else:
+            await asyncio.wait_for(sender.aclose(), HANG_UP_WAIT)
 
 
 class Runtime:
@@ -262,6 +266,10 @@ class Runtime:
         self._handed_due = False  # a _take_handed is scheduled
         # peers whose handshake failed (address -> why): a wrong secret, not a slow start
         self.refused: dict[str, str] = {}
+        # peers declared lost whose connection is kept (a silent host's, to take
+        # its orphans' kills should it come back): closing cuts them, for a
+        # goodbye would wait out an answer that cannot come
+        self.silent: set[str] = set()
         self.ports: dict[int, PortEntry] = {}
         self.port_ids = itertools.count(1)
         self.handlers: dict[str, Handler] = {Kind.PORT: self._to_port}
@@ -548,6 +556,7 @@ class Runtime:
         loop): a connection still held there, failed or not, is to an earlier
         process that had the same address (a reused port) and goes, and the
         numbering of messages to it starts anew."""
+        self.silent.discard(address)
         outbox = self.outboxes.pop(address, None)
         if outbox is not None:
             outbox.fail(f"the process at {address} is gone (another one listens there now)")
@@ -571,6 +580,10 @@ class Runtime:
             outbox.fail(reason)  # tells everyone through peer_lost
         else:
             self.peer_lost(address, reason)
+        if outbox is not None and outbox.sender is not None:
+            # a connection still up (to a host gone silent, say) is dropped
+            # now: a goodbye at exit would only wait for its answer
+            self.loop.create_task(outbox.sender.abort(reason))
 
     def peer_lost(self, address: str, reason: str) -> None:
         self.numbering.forget(address)
@@ -699,7 +712,11 @@ class Runtime:
         # every connection hangs up at once: peers that do not answer cost one
         # wait between them, not one each (16 hosts cut off would hold an exit 32 s)
         await asyncio.gather(
-            *(_hang_up(o.sender) for o in self.outboxes.values() if o.sender is not None)
+            *(
+                _hang_up(o.sender, address in self.silent)
+                for address, o in self.outboxes.items()
+                if o.sender is not None
+            )
         )
         for listener in self.listeners:
             await listener.aclose()

@@ -176,6 +176,7 @@ class RemoteAgent:
         if self.lost is not None:
             return
         self.lost = f"host {self.describe()} was lost: {reason}"
+        self.runtime.silent.add(self.address)
         if self.shutting_down:
             log.info("host %s shut down", self.describe())
         else:

@@ -12,7 +12,8 @@ import pytest
 from script_runner import run_script
 
 from monarch_actor import Actor, endpoint, this_host
-from monarch_actor.testing import Failures, alive, gone
+from monarch_actor.extension import background_thread
+from monarch_actor.testing import Failures, alive, blocks_ctrl_c, gone, threads_named
 
 
 def test_stop_reaps_the_processes():
@@ -128,23 +129,25 @@ def test_ctrl_c_reaches_a_get_whichever_thread_the_kernel_gives_it_to():
         script.wait()
 
 
-def blocks_sigint(native_id: int) -> bool:
-    with open(f"/proc/self/task/{native_id}/status") as status:
-        blocked = next(line for line in status if line.startswith("SigBlk:"))
-    return bool(int(blocked.split()[1], 16) & (1 << (signal.SIGINT - 1)))
-
-
 def test_the_runtimes_threads_leave_ctrl_c_to_the_main_thread_and_actors_take_it():
     from actors import Victim
 
     from monarch_actor import this_proc
 
     this_proc().spawn("local", Victim).pid.call_one().get()
-    by_name = {thread.name: thread.native_id for thread in threading.enumerate()}
-    assert blocks_sigint(by_name["monarch-control"])  # and the threads it starts
+    assert blocks_ctrl_c(threads_named("monarch-control")[0])  # and the threads it starts
     # an actor runs the user's code, whose child processes inherit its mask
-    assert not blocks_sigint(by_name["monarch-actor-driver"])
-    assert not blocks_sigint(threading.main_thread().native_id)
+    assert not blocks_ctrl_c(threads_named("monarch-actor-driver")[0])
+    assert not blocks_ctrl_c(threading.main_thread())
+
+
+def test_a_background_thread_started_by_the_script_leaves_ctrl_c_to_it():
+    assert not blocks_ctrl_c(threading.current_thread())  # the main thread: its mask inherited
+    seen: list[bool] = []
+    thread = background_thread("monarch-test", lambda: seen.append(blocks_ctrl_c(thread)))
+    thread.start()
+    thread.join(10)
+    assert seen == [True] and thread.daemon and thread.name == "monarch-test"
 
 
 def test_output_streams_to_the_controller_tagged_with_rank():

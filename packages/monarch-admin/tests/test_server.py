@@ -18,6 +18,7 @@ import pytest
 
 from monarch_actor import Actor, current_rank, endpoint, this_host
 from monarch_actor.extension import read_records
+from monarch_actor.testing import blocks_ctrl_c, threads_named
 from monarch_admin import admin_token, diagnostics, disable_admin, enable_admin, topology
 from monarch_transport.testing import other_user_unavailable, run_as_other_user
 
@@ -408,3 +409,8 @@ def test_enable_admin_prints_the_address_and_is_one_per_process(capsys) -> None:
         disable_admin()
     with pytest.raises(ValueError, match="HOST:PORT"):
         enable_admin("localhost")
+
+
+def test_the_servers_threads_leave_ctrl_c_to_the_script(server) -> None:
+    threads = threads_named("monarch-admin") + threads_named("monarch-admin-sampler")
+    assert len(threads) == 2 and all(blocks_ctrl_c(thread) for thread in threads)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from monarch_actor.testing import wait_for
+from monarch_actor.testing import blocks_ctrl_c, threads_named, wait_for
 from monarch_rdma import RDMABuffer, _control, _server, _wire
 
 
@@ -248,3 +248,14 @@ def test_a_connection_that_polls_for_its_next_request_is_served(buffer, monkeypa
     for _ in range(3):
         assert served(buffer) == b"still served"
     assert made
+
+
+def test_the_servers_threads_leave_ctrl_c_to_the_script(buffer):
+    with in_handshake(buffer._handle.owner.server):
+        assert wait_for(lambda: threads_named("monarch-rdma-conn"))
+        threads = [
+            *threads_named("monarch-rdma-server"),
+            *threads_named("monarch-rdma-server-local"),
+            *threads_named("monarch-rdma-conn"),
+        ]
+        assert len(threads) >= 2 and all(blocks_ctrl_c(thread) for thread in threads)

@@ -10,7 +10,8 @@ waits (``progress``, ``shows_progress``), and files only this user may
 read (``private_dir``, ``check_private``, ``publish_record``/``read_records``:
 where a job leaves what its user's tools need to reach it), and whether
 this process has a GPU of its own (``has_own_gpu``: NCCL can carry its
-CUDA tensors).
+CUDA tensors), and threads that serve beside the user's script without
+taking its Ctrl-C (``background_thread``).
 
 It is also what a sibling may know of a mesh or an endpoint beyond their
 user-facing API, so no package touches another's private attributes
@@ -59,6 +60,7 @@ from ._core.private import (
 )
 from ._core.process import maybe_runtime
 from ._core.progress import Progress, progress, shows_progress
+from ._core.threads import background_thread
 from ._procs.gpus import has_own_gpu
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "actor_mesh_name",
     "actor_procs",
     "alias_parts",
+    "background_thread",
     "call_and_keep",
     "check_private",
     "endpoint_mesh",

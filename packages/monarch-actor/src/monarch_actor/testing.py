@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -40,6 +41,7 @@ __all__ = [
     "Proc",
     "Seen",
     "alive",
+    "blocks_ctrl_c",
     "failures",
     "gone",
     "leaked_procs",
@@ -47,6 +49,7 @@ __all__ = [
     "no_unexpected_faults",
     "procs_of",
     "seen",
+    "threads_named",
     "wait_for",
 ]
 
@@ -73,6 +76,19 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> bool:
             return True
         time.sleep(POLL)  # the poll's pace; the condition is what is waited on
     return bool(condition())
+
+
+def blocks_ctrl_c(thread: threading.Thread) -> bool:
+    """Whether ``thread`` (a started thread of this process) has SIGINT
+    blocked, leaving Ctrl-C to the main thread."""
+    with open(f"/proc/self/task/{thread.native_id}/status") as status:
+        blocked = next(line for line in status if line.startswith("SigBlk:"))
+    return bool(int(blocked.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+
+def threads_named(name: str) -> list[threading.Thread]:
+    """The live threads of this process called ``name``."""
+    return [thread for thread in threading.enumerate() if thread.name == name]
 
 
 def gone(pids: Iterable[int], timeout: float = 15.0) -> list[int]:

@@ -42,7 +42,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from monarch_actor.extension import publish_record, remove_record
+from monarch_actor.extension import background_thread, publish_record, remove_record
 from monarch_transport import job_secret
 
 from ._collect import diagnostics, is_down, stacks, topology
@@ -160,7 +160,7 @@ class _Activity:
         self.failures: dict[tuple[str, ...], dict[str, Any]] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="monarch-admin-sampler", daemon=True)
+        self.thread = background_thread("monarch-admin-sampler", self._run)
 
     def _run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -307,9 +307,7 @@ class AdminServer:
         self.port = int(self._httpd.server_address[1])
         self.announced = False  # whether enable_admin printed where it listens
         self._names = _own_names(host)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="monarch-admin", daemon=True
-        )
+        self._thread = background_thread("monarch-admin", self._httpd.serve_forever)
         # a first sample before anything else: a process that dies later is
         # still shown with its name, pid and actors
         with contextlib.suppress(Exception):

@@ -12,12 +12,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from monarch_actor import attach_to_workers
+from monarch_actor.extension import background_thread
 
 from ._errors import JobError
 from ._job import JobState, JobTrait
@@ -118,7 +118,7 @@ def _watch(proc: subprocess.Popen[bytes], what: str, log_path: str | None) -> No
         else:
             log.warning("%s (pid %d) died with status %d%s", what, proc.pid, code, _tail(log_path))
 
-    threading.Thread(target=wait, name=f"monarch-watch-{proc.pid}", daemon=True).start()
+    background_thread(f"monarch-watch-{proc.pid}", wait).start()
 
 
 def start_local_workers(name: str, count: int) -> list[str]:

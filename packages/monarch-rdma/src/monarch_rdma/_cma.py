@@ -62,6 +62,7 @@ import monarch_rdma._control as _control
 import monarch_rdma._owner as _owner
 import monarch_rdma._parallel as _parallel
 import monarch_rdma._ptrace as _ptrace
+from monarch_actor.extension import background_thread
 
 from ._backend import OwnerRequest, PairRefused, Transfer
 from ._config import get_config
@@ -399,7 +400,7 @@ class _Collapser:
 
     def __init__(self) -> None:
         self.work: queue.SimpleQueue[tuple[Region, int, int]] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name="monarch-rdma-hugepages", daemon=True)
+        self.thread = background_thread("monarch-rdma-hugepages", self._run)
         self.thread.start()
 
     def _run(self) -> None:

@@ -39,7 +39,7 @@ import time
 from typing import Any, NoReturn
 
 import monarch_rdma._backends as _backends
-from monarch_actor.extension import process_address
+from monarch_actor.extension import background_thread, process_address
 from monarch_transport import Address, IntegrityError, default_listen_address
 
 from ._backend import ConnectionResources, OwnerRequest
@@ -143,10 +143,7 @@ class DataServer:
         self._lock = threading.Lock()
         self.unauthenticated = 0
         self._saturated = False  # logged once per episode, not once per refused connection
-        self.thread = threading.Thread(
-            target=self._accept, args=(self.sock, "tcp", host), name="monarch-rdma-server",
-            daemon=True,
-        )  # fmt: skip
+        self.thread = background_thread("monarch-rdma-server", self._accept, self.sock, "tcp", host)
         self.thread.start()
         path = _private_socket_path()
         if path is not None:
@@ -159,10 +156,9 @@ class DataServer:
                 self.unix = None
             else:
                 self.local = path
-                threading.Thread(
-                    target=self._accept, args=(self.unix, "ipc", path),
-                    name="monarch-rdma-server-local", daemon=True,
-                ).start()  # fmt: skip
+                background_thread(
+                    "monarch-rdma-server-local", self._accept, self.unix, "ipc", path
+                ).start()
 
     def _accept(self, listener: socket.socket, scheme: str, where: str) -> None:
         while True:
@@ -192,10 +188,9 @@ class DataServer:
                 conn.close()
                 continue
             try:
-                threading.Thread(
-                    target=self._serve, args=(conn, peer, scheme, where), name="monarch-rdma-conn",
-                    daemon=True,
-                ).start()  # fmt: skip
+                background_thread(
+                    "monarch-rdma-conn", self._serve, conn, peer, scheme, where
+                ).start()
             except RuntimeError:  # no thread to be had: refuse this one, keep accepting
                 self._left_handshake()
                 conn.close()

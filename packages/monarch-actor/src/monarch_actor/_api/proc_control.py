@@ -25,7 +25,7 @@ from .._core.process import get_runtime, maybe_runtime
 from .._core.progress import progress, shows_progress
 from .._core.reply import Reply, to_asyncio
 from .._core.router import Frames, Runtime
-from .._core.threads import leave_ctrl_c_to_the_main_thread, run_in_thread
+from .._core.threads import background_thread, run_in_thread
 from .._core.wire import Key, Kind, port_header
 from .._procs.agent import HostAgent, agents, local_agent
 from .._procs.bootstrap import BootstrapCommand
@@ -110,7 +110,6 @@ LARGE_MESH = 16  # procs: a mesh this large shows its start on the terminal
 def _show_start(table: ProcTable) -> None:
     """A progress line while a large mesh's processes start (they report in
     on the loop; this only looks)."""
-    leave_ctrl_c_to_the_main_thread()
     with progress(f"starting proc mesh {table.name!r}", total=table.size) as line:
         while not table.ready_event.wait(0.1) and table.failure is None:
             line.update(completed=sum(a is not None for a in table.addresses))
@@ -137,7 +136,7 @@ def start_procs(
     table.hostname = socket.gethostname()
     runtime.get(ProcTables)[table.id] = table
     if table.size >= LARGE_MESH and shows_progress():
-        threading.Thread(target=_show_start, args=(table,), daemon=True).start()
+        background_thread("monarch-start-progress", _show_start, table).start()
     beat_every = Supervision.of(runtime).monitor.interval
     local = 1
     for value in per_host.values():
@@ -471,9 +470,7 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     if maybe_runtime() is None or not _shutdown_claimed.acquire(blocking=False):
         done.set_result(None)
         return Future._of(done)
-    return Future._of(
-        run_in_thread("monarch-shutdown", stop_everything, timeout, leave_busy=False)
-    )
+    return Future._of(run_in_thread("monarch-shutdown", stop_everything, timeout, leave_busy=False))
 
 
 def _stopping_unstarted(runtime: Runtime, table: ProcTable, reason: str) -> None:

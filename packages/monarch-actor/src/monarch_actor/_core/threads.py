@@ -10,7 +10,12 @@ import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-__all__ = ["leave_ctrl_c_to_the_main_thread", "run_in_thread", "take_ctrl_c_too"]
+__all__ = [
+    "background_thread",
+    "leave_ctrl_c_to_the_main_thread",
+    "run_in_thread",
+    "take_ctrl_c_too",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -37,7 +42,6 @@ def run_in_thread(
     done: concurrent.futures.Future[R] = concurrent.futures.Future()
 
     def run() -> None:
-        leave_ctrl_c_to_the_main_thread()
         try:
             result = fn(*args, **kwargs)
         except BaseException as error:
@@ -45,8 +49,29 @@ def run_in_thread(
         else:
             done.set_result(result)
 
-    threading.Thread(target=run, name=name, daemon=True).start()
+    background_thread(name, run).start()
     return done
+
+
+def background_thread(
+    name: str, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs
+) -> threading.Thread:
+    """A daemon thread named ``name`` (not started) that runs ``fn(*args,
+    **kwargs)`` with Ctrl-C left to the main thread: the way a package's
+    servers, samplers and watchers run beside the user's script.
+
+    Examples:
+        >>> from monarch_actor._core.threads import background_thread
+        >>> thread = background_thread("monarch-example", print, "hello")
+        >>> thread.start(); thread.join()
+        hello
+    """
+
+    def run() -> None:
+        leave_ctrl_c_to_the_main_thread()
+        fn(*args, **kwargs)
+
+    return threading.Thread(target=run, name=name, daemon=True)
 
 
 def leave_ctrl_c_to_the_main_thread() -> None:

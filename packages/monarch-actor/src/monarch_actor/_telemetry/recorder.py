@@ -37,7 +37,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes, AttributeValue
 
-from .._core.threads import leave_ctrl_c_to_the_main_thread
+from .._core.threads import background_thread
 from . import otlp
 from .otlp import SharedAttributes
 
@@ -255,7 +255,7 @@ class SpanRecorder(trace.Tracer):
         self._exporting = threading.Lock()  # one export at a time: the thread's or a flush's
         self._closed = False
         self.dropped = 0  # spans that found the queue full
-        self._thread = threading.Thread(target=self._run, name="monarch-span-export", daemon=True)
+        self._thread = background_thread("monarch-span-export", self._run)
         self._thread.start()
 
     # -- making spans ---------------------------------------------------------------------
@@ -359,7 +359,6 @@ class SpanRecorder(trace.Tracer):
             self._wake.set()
 
     def _run(self) -> None:
-        leave_ctrl_c_to_the_main_thread()
         while not self._closed:
             self._wake.wait(self._delay)
             self._wake.clear()

@@ -26,25 +26,28 @@ def test_stop_reaps_the_processes():
     assert gone(pids, 1.0) == []
 
 
-@pytest.mark.parametrize("how", ["exit", "sigkill"])
+@pytest.mark.parametrize("how", ["exit", "sigkill", "sigterm"])
 def test_no_orphans_when_the_controller_ends(how):
+    """However the script ends, its processes end with it, without a line
+    each on its terminal (a mesh of 256 would print 256)."""
     script = run_script(
         """
-        procs = this_host().spawn_procs(per_host={"gpus": 3})
+        procs = this_host().spawn_procs(per_host={"gpus": 32})
         pids = procs.spawn("pids", Pid).pid.call().get().values()
         print(" ".join(map(str, [host_agent().process.pid, *pids])), flush=True)
         if sys.argv[-1] == "sleep":
             time.sleep(600)
-        """.replace("sys.argv[-1]", repr("sleep" if how == "sigkill" else "exit"))
+        """.replace("sys.argv[-1]", repr("exit" if how == "exit" else "sleep"))
     )
     try:
         line = script.stdout.readline()
         pids = [int(p) for p in line.split()]
-        assert len(pids) == 4, (line, script.stderr.read() if script.poll() is not None else "")
-        if how == "sigkill":
-            os.kill(script.pid, signal.SIGKILL)
+        assert len(pids) == 33, (line, script.stderr.read() if script.poll() is not None else "")
+        if how != "exit":
+            os.kill(script.pid, signal.SIGKILL if how == "sigkill" else signal.SIGTERM)
         script.wait(30)
         assert gone(pids) == []
+        assert script.stderr.read() == ""  # every writer is gone: it reads to the end
     finally:
         script.kill()
         script.wait()

@@ -402,7 +402,9 @@ def install_proc_handlers(runtime: Runtime, owner: str) -> None:
 
 def _owner_lost(runtime: Runtime, owner: str, address: str) -> None:
     if address == owner and not runtime.closing:
-        log.warning("the owner of this process (%s) is gone; exiting", owner)
+        # info, not a warning: a script killed with a mesh of 256 procs would
+        # print 256 of these lines; its end is news to nobody
+        log.info("the owner of this process (%s) is gone; exiting", owner)
         runtime.stopped.set()
 
 

@@ -53,6 +53,35 @@ def test_no_orphans_when_the_controller_ends(how):
         script.wait()
 
 
+def test_a_script_that_ends_with_messages_in_flight_ends_quietly():
+    """Broadcasts still travelling down the tree and the answers of a call
+    that failed fast are dropped at the end without a word: each proc said
+    "dropped a message" for each one (hundreds of lines on nng), and a proc
+    dialing another as it stopped left a traceback."""
+    script = run_script(
+        """
+        class Hit(Actor):
+            @endpoint
+            def hit(self, n: int) -> None:
+                pass
+
+            @endpoint
+            def boom(self) -> None:
+                raise ValueError("bad input")
+
+        hits = this_host().spawn_procs(per_host={"gpus": 32}).spawn("hits", Hit)
+        try:  # the first call: the procs dial one another to pass it down the tree
+            hits.boom.call().get()  # fails at the first answer: 31 are still coming
+        except Exception as error:
+            print(type(error).__name__, flush=True)
+        for n in range(50):
+            hits.hit.broadcast(n)
+        """
+    )
+    out, err = script.communicate(timeout=120)
+    assert (script.returncode, out, err) == (0, "ActorError\n", "")
+
+
 @pytest.mark.parametrize("end", ["return", "ctrl-c"])
 def test_a_script_ends_without_waiting_for_actors_busy_in_a_message(end, tmp_path):
     """Monarch ends a script at once, busy actors or not: so does this. Idle

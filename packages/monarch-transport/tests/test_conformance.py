@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -334,6 +335,37 @@ async def test_wrong_secret_is_refused_and_others_unaffected(backend):
         assert (event.peer.name, bytes(event.frames[0])) == ("good", b"after")
         await good.aclose()
         assert isinstance(await next_event(inbox), PeerLeft)
+
+
+async def test_a_peer_of_another_job_is_logged_as_one(wire_backend, caplog):
+    """The client finds the listener's proof wrong and says so before it
+    closes: the listener's log names the cause, not a mere departure."""
+    transport, address = wire_backend
+    async with await transport.listen(address(), settings()) as inbox:
+        with pytest.raises(AuthenticationError, match="secret"):
+            await transport.connect(inbox.address, Settings(secret=b"w" * 32, name="other"))
+        assert await until(lambda: "holds another secret" in caplog.text, 5)
+
+
+async def test_a_peer_that_ends_in_its_handshake_is_not_logged_as_refused(
+    wire_backend, caplog, monkeypatch
+):
+    """A process that ends between its HELLO and its PROOF (a proc killed at
+    the end of a job) is no news: nothing is logged above debug."""
+    import monarch_transport._auth as auth
+
+    caplog.set_level(logging.DEBUG, logger="monarch.transport")
+    transport, address = wire_backend
+    async with await transport.listen(address(), settings()) as inbox:
+
+        def leave(self, kind, payload):  # the listener has our HELLO: we go
+            raise ConnectionAbortedError("this process ended")
+
+        monkeypatch.setattr(auth.ClientHandshake, "answer", leave)
+        with pytest.raises(ConnectionAbortedError):
+            await transport.connect(inbox.address, settings(name="ending"))
+        assert await until(lambda: "during its handshake" in caplog.text, 5)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 async def test_closing_a_sender_is_noticed_within_a_second(backend):

@@ -2,8 +2,15 @@
 how much memory a connection keeps for it (a controller holds two
 connections per proc, so that is paid per proc)."""
 
-from monarch_transport._socket import READ_BUFFER, _Framer
+import asyncio
+import socket
+
+import pytest
+
+from monarch_transport import PeerDisconnected
+from monarch_transport._socket import READ_BUFFER, _Connection, _Framer
 from monarch_transport._wire import Kind, prefix
+from monarch_transport.testing import until
 
 MAX = 1 << 20
 
@@ -88,3 +95,16 @@ def test_a_message_of_no_frames_has_none():
     framer = _Framer(MAX, lambda kind, frames: got.append(frames))
     feed(framer, prefix(Kind.DATA, [], MAX) + wire(b"after"))
     assert [[bytes(f) for f in frames] for frames in got] == [[], [b"after"]]
+
+
+@pytest.mark.anyio
+async def test_writing_on_a_connection_already_lost_raises_peer_disconnected():
+    """A handshake whose peer hung up before its first write: uvloop raised
+    RuntimeError there (an exception nobody retrieved at a job's end)."""
+    ours, theirs = socket.socketpair()
+    loop = asyncio.get_running_loop()
+    _, conn = await loop.create_unix_connection(lambda: _Connection(1 << 16), sock=ours)
+    theirs.close()
+    assert await until(lambda: conn.reason is not None)
+    with pytest.raises(PeerDisconnected, match="gone"):
+        conn.write(Kind.HELLO, [b"x" * 16], 1 << 16)

@@ -74,6 +74,24 @@ def test_client_detects_a_server_without_the_secret():
         handshake(b"k" * 32, b"q" * 32)
 
 
+def test_a_client_that_refuses_the_server_tells_it_why():
+    client = ClientHandshake(b"k" * 32)
+    server = ServerHandshake(b"q" * 32)
+    challenge = server.step(*client.hello())
+    with pytest.raises(AuthenticationError):
+        client.answer(*challenge)
+    assert client.objection is not None
+    with pytest.raises(AuthenticationError, match="holds another secret"):
+        server.step(Kind.DENIED, client.objection)
+
+
+def test_a_client_refused_by_the_server_has_no_objection_to_send():
+    client = ClientHandshake(b"k" * 32)
+    with pytest.raises(AuthenticationError, match="refused us"):
+        client.answer(Kind.DENIED, b"too many handshakes")
+    assert client.objection is None
+
+
 def test_server_rejects_a_replayed_proof():
     secret = b"k" * 32
     client = ClientHandshake(secret)

@@ -9,6 +9,10 @@ bound to nonces of both sides, so a recorded handshake cannot be replayed:
     server -> WELCOME    flags, HMAC(secret, "welcome" | client nonce | server nonce | flags)
                          (or DENIED with the reason, then it closes)
 
+A client that finds the CHALLENGE's proof wrong answers DENIED with its
+reason instead of PROOF, then closes: the listener can then tell a peer of
+another job from one that merely went away (a process ending mid-handshake).
+
 Until WELCOME the server accepts nothing but these steps, so no byte of an
 unauthenticated peer ever reaches the codec. Both sides then hold the same
 per-connection key (``_integrity.derive_key``); WELCOME's flag byte says
@@ -109,6 +113,11 @@ class ServerHandshake:
                 raise AuthenticationError("peer name in HELLO is not UTF-8") from None
             proof = _mac(self.secret, b"server", self._client_nonce, self.nonce)
             return Kind.CHALLENGE, self.nonce + proof
+        if kind == Kind.DENIED and not self.done:
+            raise AuthenticationError(
+                "the peer found this listener's proof wrong, so it holds another secret "
+                f"(another job's?): {payload[:MAX_NAME].decode(errors='replace')}"
+            )
         if self.done or kind != Kind.PROOF or len(payload) != PROOF:
             raise AuthenticationError("expected the PROOF answering our challenge")
         expected = _mac(self.secret, b"client", self.nonce, self._client_nonce)
@@ -128,6 +137,8 @@ class ClientHandshake:
     name: str = ""
     nonce: bytes = field(default_factory=lambda: os.urandom(NONCE))
     seal_requested: bool = False  # the listener's WELCOME asked for sealed messages
+    # why we refuse the listener, once its proof failed: sent it as DENIED before closing
+    objection: bytes | None = None
     _server_nonce: bytes = b""
 
     @property
@@ -149,9 +160,9 @@ class ClientHandshake:
             raise AuthenticationError("the listener did not answer with a challenge")
         server_nonce, proof = payload[:NONCE], payload[NONCE:]
         if not hmac.compare_digest(proof, _mac(self.secret, b"server", self.nonce, server_nonce)):
-            raise HandshakeRefused(
-                "the listener does not know this job's secret (is it another job's address?)"
-            )
+            why = "the listener does not know this job's secret (is it another job's address?)"
+            self.objection = why.encode()
+            raise HandshakeRefused(why)
         self._server_nonce = server_nonce
         return Kind.PROOF, _mac(self.secret, b"client", server_nonce, self.nonce)
 

@@ -62,6 +62,7 @@ PART_HEAD = struct.Struct("<BQ")  # Kind.PART, the whole message's length
 DEPARTURE_GRACE = 0.1  # seconds between nng's removal notice and our report
 SWEEP_INTERVAL = 0.25  # seconds between checks that every known pipe still exists
 BYE_TIMEOUT_MS = 2000  # how long a closing sender waits for the listener's answer
+OBJECTION_WAIT_MS = 1000  # how long a client that refuses a listener waits for it to hear why
 TEARDOWN_WAIT = 5.0  # seconds the exit waits for threads to leave nng once it closed their sockets
 T = TypeVar("T")
 
@@ -248,15 +249,9 @@ class NngListener(QueuedListener):
         if state is not None and state.peer is not None and not self._closed:
             self._queue.put(PeerLeft(state.peer, "connection closed"))
         elif state is not None and not state.rejected and state.handshake.heard:
-            # it left in the middle of its handshake: the usual sign of a peer with
-            # another job's secret (a port probe never says HELLO)
-            host = _remote_host(state.pipe)
-            self._peer_log.warning(
-                host,
-                "an unauthenticated peer (from %s) left %s during its handshake: connection closed",
-                host or "this host",
-                self.address,
-            )
+            # it left in the middle of its handshake: its process ended, say; one of
+            # another job says so first (DENIED), and was rejected and logged for it
+            log.debug("an unauthenticated peer left %s during its handshake", self.address)
 
     # -- reading, on the loop, whenever nng says a message waits ----------------
 
@@ -706,7 +701,13 @@ def _dial_and_authenticate(
             raise ConnectError(f"cannot connect to {address}: {error}") from error
         client = ClientHandshake(settings.secret, settings.name)
         _send(sock, *client.hello())
-        _send(sock, *client.answer(*_receive(sock)))
+        try:
+            answer = client.answer(*_receive(sock))
+        except AuthenticationError:
+            if client.objection is not None:
+                _object(sock, client.objection)
+            raise
+        _send(sock, *answer)
         client.check(*_receive(sock))
     except (pynng.Timeout, pynng.Closed) as error:
         sock.close()
@@ -717,6 +718,16 @@ def _dial_and_authenticate(
     sock.recv_timeout = -1
     sock.send_timeout = -1
     return sock, client
+
+
+def _object(sock: pynng.Socket, objection: bytes) -> None:
+    """Tell a listener that failed our check why, before closing: nng may
+    close a socket before its last message is written (seen with TLS), so
+    wait for the listener to answer (it refuses us back) or hang up."""
+    with contextlib.suppress(pynng.NNGException, DecodeError, MessageTooLarge):
+        sock.recv_timeout = OBJECTION_WAIT_MS
+        _send(sock, Kind.DENIED, objection)
+        _receive(sock)
 
 
 def _send(sock: pynng.Socket, kind: int, payload: bytes) -> None:

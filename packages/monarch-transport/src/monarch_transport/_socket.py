@@ -305,6 +305,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     def write(self, kind: int, frames: Sequence[Buffer], max_size: int) -> None:
         assert self.transport is not None
+        if self.reason is not None:  # uvloop raises RuntimeError on a closed handle; asyncio drops
+            raise PeerDisconnected(f"the connection is gone: {self.reason}")
         pieces = _encode(kind, frames, max_size)
         assert pieces is not None  # only small_only gives None
         for piece in pieces:
@@ -415,7 +417,7 @@ class SocketListener(QueuedListener):
                     frozenset({Kind.DATA, Kind.DATA | Kind.SEALED}),
                 )
             else:
-                conn.framer.limit(HANDSHAKE_MAX, 1, frozenset({Kind.PROOF}))
+                conn.framer.limit(HANDSHAKE_MAX, 1, frozenset({Kind.PROOF, Kind.DENIED}))
 
         def on_lost(reason: str) -> None:
             deadline.cancel()
@@ -423,9 +425,17 @@ class SocketListener(QueuedListener):
             if peer is None:
                 self._unauthenticated -= 1
             hung_up = reason == "connection closed" or reason.startswith("connection broke")
-            if peer is None and not handshake.heard and hung_up:
-                # closed before one whole message: a port probe (a health check), not an attack
-                log.debug("a connection on %s closed before saying anything", self.address)
+            if peer is None and hung_up:
+                # a port probe (a health check) says nothing; a peer whose process ended
+                # mid-handshake is no news either: one of another job says so (DENIED)
+                # first, and is logged as refused
+                log.debug(
+                    "a connection on %s closed %s",
+                    self.address,
+                    "during its handshake" if handshake.heard else "before saying anything",
+                )
+            elif peer is None and self._closed:  # cut short by closing this listener
+                log.debug("a connection on %s in its handshake: %s", self.address, reason)
             elif peer is None:  # one line per peer host now and then, not one per try
                 host = peer_host(conn.transport)
                 self._peer_log.warning(
@@ -697,7 +707,14 @@ class SocketTransport(Transport):
         async def handshake() -> ClientHandshake:
             client = ClientHandshake(settings.secret, settings.name)
             conn.write(*_one(client.hello()))
-            conn.write(*_one(client.answer(*await reply())))
+            try:
+                answer = client.answer(*await reply())
+            except AuthenticationError:
+                if client.objection is not None:  # the listener hears why, then the close
+                    with contextlib.suppress(TransportError):
+                        conn.write(Kind.DENIED, [client.objection], 1 << 16)
+                raise
+            conn.write(*_one(answer))
             client.check(*await reply())
             return client
 

@@ -86,14 +86,17 @@ class LocalActors:
     def _give_up_on(self, key: str) -> None:
         for header, frames in self.waiting.pop(key, []):
             self.undeliverable(
-                header, frames, f"no actor {header.get(Key.NAME, key)} in this process"
+                header, frames, f"no actor {header.get(Key.NAME, key)} in this process", loud=True
             )
 
-    def undeliverable(self, header: dict[str, Any], frames: Frames, reason: str) -> None:
+    def undeliverable(
+        self, header: dict[str, Any], frames: Frames, reason: str, loud: bool = False
+    ) -> None:
         one = dict(header)
         first = header[Key.BRANCH][0]
         one[Key.BRANCH] = [first, first + 1]
-        self.runtime.undeliverable([encode_header(one), *frames[1:]], self.runtime.address, reason)
+        encoded = [encode_header(one), *frames[1:]]
+        self.runtime.undeliverable(encoded, self.runtime.address, reason, loud)
 
     def idle(self) -> list[Hosted]:
         """The actors here that no message keeps busy (on the loop)."""

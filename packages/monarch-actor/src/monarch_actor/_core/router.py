@@ -184,6 +184,9 @@ class Outbox:
                     self.queue.popleft()
         except (TransportError, OSError) as error:
             await self._lost(f"cannot reach {self.address}: {error}")
+        except Exception as error:  # a bug below: said loudly, and nobody is left waiting
+            log.exception("sending to %s failed unexpectedly", self.address)
+            self.fail(f"cannot reach {self.address}: {type(error).__name__}: {error}")
         finally:
             self.draining = False
 
@@ -593,8 +596,13 @@ class Runtime:
             if address in entry.watching and entry.lost is not None:
                 entry.lost(address, reason)
 
-    def undeliverable(self, frames: Frames, address: str, reason: str) -> None:
-        """A message that cannot reach ``address``: whoever waits for its answer hears why."""
+    def undeliverable(self, frames: Frames, address: str, reason: str, loud: bool = False) -> None:
+        """A message that cannot reach ``address``: whoever waits for its answer
+        hears why. One nobody waits for (a broadcast, a reply, log lines) is
+        dropped quietly, for its peer is gone, which supervision reports once
+        (a job ending with broadcasts in flight printed hundreds of lines);
+        ``loud`` says it anyway, for a drop that is nobody's failure but a
+        mistake (a message for an actor this process never had)."""
         try:
             header = decode_header(frames)
         except TransportError:
@@ -613,7 +621,7 @@ class Runtime:
         elif header.get(Key.KIND) == Kind.HOST:
             log.debug("a host request for %s was not delivered: %s", address, reason)
         else:
-            log.warning("dropped a message for %s: %s", address, reason)
+            (log.warning if loud else log.debug)("dropped a message for %s: %s", address, reason)
 
     def _skip_branch(self, header: dict[str, Any]) -> None:
         """A message for a branch could not reach its first process: the rest

@@ -122,3 +122,11 @@ def test_job_secret_is_made_once_and_inherited(monkeypatch):
     monkeypatch.setenv("MONARCH_JOB_SECRET", "ab" * 4)
     with pytest.raises(AuthenticationError, match="at least 16 bytes"):
         job_secret()
+
+
+def test_a_refusing_peer_writes_none_of_its_words_into_the_listeners_error():
+    server = ServerHandshake(b"q" * 32)
+    server.step(*ClientHandshake(b"k" * 32).hello())
+    with pytest.raises(AuthenticationError) as refused:
+        server.step(Kind.DENIED, b"\n2026-11-29 ERROR forged line \x1b[2J")
+    assert "forged" not in str(refused.value) and "\x1b" not in str(refused.value)

@@ -130,3 +130,14 @@ def test_a_refusing_peer_writes_none_of_its_words_into_the_listeners_error():
     with pytest.raises(AuthenticationError) as refused:
         server.step(Kind.DENIED, b"\n2026-11-29 ERROR forged line \x1b[2J")
     assert "forged" not in str(refused.value) and "\x1b" not in str(refused.value)
+
+
+@pytest.mark.parametrize("step", ["answer", "check"])
+def test_a_listeners_refusal_reaches_the_client_without_forged_lines(step):
+    client = ClientHandshake(b"k" * 32)
+    forged = b"busy\n2026-11-29 ERROR forged line \x1b[2J" + b"x" * 500
+    with pytest.raises(AuthenticationError) as refused:
+        getattr(client, step)(Kind.DENIED, forged)
+    text = str(refused.value)
+    assert "busy?2026" in text and "\n" not in text and "\x1b" not in text
+    assert "x" * 300 not in text

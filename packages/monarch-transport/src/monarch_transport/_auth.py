@@ -73,6 +73,13 @@ def job_secret() -> bytes:
     return secret
 
 
+def _printable(said: bytes | memoryview, limit: int = 200) -> str:
+    """What a peer not yet authenticated says, fit for a log line: its
+    reason, without line breaks or terminal escapes it could forge lines with."""
+    text = bytes(said[:limit]).decode(errors="replace")
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
     return hmac.new(secret, role + first + second, hashlib.sha256).digest()
 
@@ -156,7 +163,7 @@ class ClientHandshake:
     def answer(self, kind: int, payload: bytes | memoryview) -> tuple[int, bytes]:
         payload = bytes(payload)
         if kind == Kind.DENIED:
-            raise HandshakeRefused(f"the listener refused us: {payload.decode(errors='replace')}")
+            raise HandshakeRefused(f"the listener refused us: {_printable(payload)}")
         if kind != Kind.CHALLENGE or len(payload) != NONCE + PROOF:
             raise AuthenticationError("the listener did not answer with a challenge")
         server_nonce, proof = payload[:NONCE], payload[NONCE:]
@@ -180,7 +187,7 @@ class ClientHandshake:
             return
         if kind == Kind.DENIED:
             raise HandshakeRefused(
-                f"the listener refused us: {bytes(payload).decode(errors='replace')} "
+                f"the listener refused us: {_printable(payload)} "
                 f"(do both sides have the same {SECRET_ENV}?)"
             )
         raise AuthenticationError(f"unexpected message kind {kind} during the handshake")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-from monarch_transport import _nng, connect, encode, job_secret
+from monarch_transport import Address, Settings, _nng, connect, encode, job_secret
 
 LISTENER = """
     import asyncio, sys
@@ -100,3 +100,22 @@ def test_the_exit_waits_for_a_thread_blocked_in_nng_then_tears_nng_down(tmp_path
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "note").read_text() == "left nng; later calls refused"
+
+
+def test_every_goodbye_is_answered_when_many_come_at_once_at_exit(tmp_path, monkeypatch):
+    """A job's procs all say goodbye to the controller as it ends. Its
+    listener answers each at once, without the worker thread an exiting
+    interpreter no longer gives (an answer that needed one was dropped, and
+    its sender waited out the goodbye: 2 s more at the end of a job)."""
+    monkeypatch.setattr(_nng, "BYE_TIMEOUT_MS", 600_000)  # a dropped answer fails the test
+    monkeypatch.setattr(_nng, "_in_worker", lambda loop, work: False)  # as at exit
+
+    async def main() -> None:
+        settings = Settings(secret=b"s" * 32)
+        transport = _nng.NngTransport()
+        inbox = await transport.listen(Address.parse(f"ipc://{tmp_path}/l"), settings)
+        senders = [await transport.connect(inbox.address, settings) for _ in range(16)]
+        await asyncio.wait_for(asyncio.gather(*(s.aclose() for s in senders)), 30)
+        await inbox.aclose()
+
+    asyncio.run(main())

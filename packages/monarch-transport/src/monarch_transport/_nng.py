@@ -62,6 +62,7 @@ PART_HEAD = struct.Struct("<BQ")  # Kind.PART, the whole message's length
 DEPARTURE_GRACE = 0.1  # seconds between nng's removal notice and our report
 SWEEP_INTERVAL = 0.25  # seconds between checks that every known pipe still exists
 BYE_TIMEOUT_MS = 2000  # how long a closing sender waits for the listener's answer
+REPLY_BUFFER = 256  # replies (handshake steps, BYE_ACKs) a listener queues without blocking
 OBJECTION_WAIT_MS = 1000  # how long a client that refuses a listener waits for it to hear why
 TEARDOWN_WAIT = 5.0  # seconds the exit waits for threads to leave nng once it closed their sockets
 T = TypeVar("T")
@@ -130,6 +131,11 @@ class NngListener(QueuedListener):
             **_tls(address, settings, server=True),
         )
         self._sock.send_timeout = int(settings.handshake_timeout * 1000)  # handshake replies only
+        # room for replies sent at once (a job's procs all saying goodbye as it ends):
+        # unbuffered, all but the first failed with TryAgain and went by a worker
+        # thread, which an exiting interpreter no longer has, so they were dropped
+        # and each of those senders waited out its goodbye (2 s)
+        self._sock.send_buffer_size = REPLY_BUFFER
         self._sock.add_post_pipe_connect_cb(self._on_connect)
         self._sock.add_post_pipe_remove_cb(self._on_remove)
         self._gate: GreetingGate | None = None

@@ -11,7 +11,17 @@ import subprocess
 import sys
 import textwrap
 
-from monarch_transport import Address, Settings, _nng, connect, encode, job_secret
+import pytest
+
+from monarch_transport import (
+    Address,
+    AuthenticationError,
+    Settings,
+    _nng,
+    connect,
+    encode,
+    job_secret,
+)
 
 LISTENER = """
     import asyncio, sys
@@ -119,3 +129,43 @@ def test_every_goodbye_is_answered_when_many_come_at_once_at_exit(tmp_path, monk
         await inbox.aclose()
 
     asyncio.run(main())
+
+
+SILENT_LISTENER = """
+    import sys, pynng
+
+    with pynng.Pair1(listen=sys.argv[1]) as sock:
+        print("listening", flush=True)
+        sock.recv()  # the dialer's HELLO, never answered
+        print("heard", flush=True)
+        sock.recv()
+"""
+
+
+def test_a_dial_whose_listener_dies_in_the_handshake_ends_at_once(tmp_path):
+    """nng would wait for a redial until the handshake's deadline, holding up
+    a process that dialed a peer ending with the job (4 s at a job's end)."""
+    address = f"ipc://{tmp_path}/silent"
+    listener = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SILENT_LISTENER), address],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert listener.stdout is not None and listener.stdout.readline() == "listening\n"
+
+        async def main() -> None:
+            settings = Settings(secret=b"s" * 32, handshake_timeout=600.0)
+            dialing = asyncio.ensure_future(
+                _nng.NngTransport().connect(Address.parse(address), settings)
+            )
+            assert listener.stdout is not None
+            assert await asyncio.to_thread(listener.stdout.readline) == "heard\n"
+            listener.kill()
+            with pytest.raises(AuthenticationError, match="closed the connection"):
+                await asyncio.wait_for(dialing, 30)
+
+        asyncio.run(main())
+    finally:
+        listener.kill()
+        listener.wait()

@@ -20,6 +20,7 @@ import logging
 import socket
 import struct
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ DEPARTURE_GRACE = 0.1  # seconds between nng's removal notice and our report
 SWEEP_INTERVAL = 0.25  # seconds between checks that every known pipe still exists
 BYE_TIMEOUT_MS = 2000  # how long a closing sender waits for the listener's answer
 REPLY_BUFFER = 256  # replies (handshake steps, BYE_ACKs) a listener queues without blocking
+HANDSHAKE_SLICE = 0.1  # seconds a dial waits for a handshake step before looking for its pipe
 OBJECTION_WAIT_MS = 1000  # how long a client that refuses a listener waits for it to hear why
 TEARDOWN_WAIT = 5.0  # seconds the exit waits for threads to leave nng once it closed their sockets
 T = TypeVar("T")
@@ -705,16 +707,17 @@ def _dial_and_authenticate(
             sock.dial(_url(address), block=True)
         except pynng.NNGException as error:
             raise ConnectError(f"cannot connect to {address}: {error}") from error
+        deadline = time.monotonic() + settings.handshake_timeout
         client = ClientHandshake(settings.secret, settings.name)
         _send(sock, *client.hello())
         try:
-            answer = client.answer(*_receive(sock))
+            answer = client.answer(*_listeners_step(sock, address, deadline))
         except AuthenticationError:
             if client.objection is not None:
                 _object(sock, client.objection)
             raise
         _send(sock, *answer)
-        client.check(*_receive(sock))
+        client.check(*_listeners_step(sock, address, deadline))
     except (pynng.Timeout, pynng.Closed) as error:
         sock.close()
         raise AuthenticationError(f"{address} did not complete the handshake: {error}") from error
@@ -724,6 +727,27 @@ def _dial_and_authenticate(
     sock.recv_timeout = -1
     sock.send_timeout = -1
     return sock, client
+
+
+def _listeners_step(
+    sock: pynng.Socket, address: Address, deadline: float
+) -> tuple[int, memoryview]:
+    """The listener's next handshake message. Should its connection go
+    meanwhile (its process ended), nng would wait for a redial until the
+    handshake's deadline, holding up whoever dialed (a process exiting as
+    its job ends): the wait is in slices, and ends once nng has no pipe."""
+    while True:
+        left = deadline - time.monotonic()
+        sock.recv_timeout = max(1, int(min(left, HANDSHAKE_SLICE) * 1000))
+        try:
+            return _receive(sock)
+        except pynng.Timeout:
+            if time.monotonic() >= deadline:
+                raise
+            if not sock.pipes:
+                raise AuthenticationError(
+                    f"{address} closed the connection during the handshake"
+                ) from None
 
 
 def _object(sock: pynng.Socket, objection: bytes) -> None:

@@ -79,15 +79,28 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> bool:
 
 
 def blocks_ctrl_c(thread: threading.Thread) -> bool:
-    """Whether ``thread`` (a started thread of this process) has SIGINT
-    blocked, leaving Ctrl-C to the main thread."""
+    """Whether a thread has SIGINT blocked, leaving Ctrl-C to the main thread.
+
+    Args:
+        thread: a started thread of this process (Linux: read from ``/proc``).
+
+    Returns:
+        True when the thread's signal mask blocks SIGINT.
+    """
     with open(f"/proc/self/task/{thread.native_id}/status") as status:
         blocked = next(line for line in status if line.startswith("SigBlk:"))
     return bool(int(blocked.split()[1], 16) & (1 << (signal.SIGINT - 1)))
 
 
 def threads_named(name: str) -> list[threading.Thread]:
-    """The live threads of this process called ``name``."""
+    """The live threads of this process called ``name``.
+
+    Args:
+        name: the thread name to look for (``monarch-rdma-server``, say).
+
+    Returns:
+        Those threads, possibly none.
+    """
     return [thread for thread in threading.enumerate() if thread.name == name]
 
 

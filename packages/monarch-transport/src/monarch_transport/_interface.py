@@ -267,9 +267,14 @@ class Sender(_Closing):
             await self._hang_up()
 
     async def abort(self, reason: str) -> None:
-        """End the connection at once, for ``reason``, with nothing handed over
-        and nothing said: for a peer known to be gone (dead, or declared dead),
-        which a goodbye would only wait on."""
+        """End the connection at once, with nothing handed over and nothing
+        said: for a peer known to be gone (dead, or declared dead), which a
+        goodbye would only wait on.
+
+        Args:
+            reason: why; ``wait_closed()`` returns it, and a later ``send``
+                raises ``PeerDisconnected`` with it.
+        """
         if self._reason is None:
             self._lose(reason)
             await self._cut()

@@ -56,12 +56,23 @@ def run_in_thread(
 def background_thread(
     name: str, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs
 ) -> threading.Thread:
-    """A daemon thread named ``name`` (not started) that runs ``fn(*args,
-    **kwargs)`` with Ctrl-C left to the main thread: the way a package's
-    servers, samplers and watchers run beside the user's script.
+    """A daemon thread that runs ``fn(*args, **kwargs)`` with Ctrl-C left to
+    the main thread: the way a package's servers, samplers and watchers run
+    beside the user's script. Python raises ``KeyboardInterrupt`` in the main
+    thread only, and a signal the kernel gives another thread does not wake
+    a main thread asleep in ``time.sleep`` or blocked in a lock.
+
+    Args:
+        name: the thread's name (``monarch-...``: it shows in stack dumps).
+        fn: what the thread runs.
+        *args: positional arguments for ``fn``.
+        **kwargs: keyword arguments for ``fn``.
+
+    Returns:
+        The thread, not started yet.
 
     Examples:
-        >>> from monarch_actor._core.threads import background_thread
+        >>> from monarch_actor.extension import background_thread
         >>> thread = background_thread("monarch-example", print, "hello")
         >>> thread.start(); thread.join()
         hello

@@ -35,3 +35,18 @@ def server():
     host, port = debug_controller().server_address.call_one().get(timeout=60)
     assert host == "localhost"
     return port
+
+
+@pytest.fixture
+def bare_runtime():
+    """A ``Runtime`` on a loop of its own that nothing runs and that listens
+    nowhere: for a test of what it does with its connections and messages."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from monarch_actor._core.router import Runtime
+
+    loop = asyncio.new_event_loop()
+    listener = SimpleNamespace(address="ipc:///nowhere", aclose=lambda: asyncio.sleep(0))
+    yield Runtime(loop, listener, "controller")  # type: ignore[arg-type]
+    loop.close()

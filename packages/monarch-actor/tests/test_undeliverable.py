@@ -4,23 +4,10 @@ message (a job ending with broadcasts in flight printed hundreds)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from types import SimpleNamespace
 
-import pytest
-
-from monarch_actor._core.router import Runtime
 from monarch_actor._core.wire import Key, Kind, Op
 from monarch_transport import encode_header
-
-
-@pytest.fixture
-def runtime():
-    loop = asyncio.new_event_loop()
-    listener = SimpleNamespace(address="ipc:///nowhere", aclose=lambda: asyncio.sleep(0))
-    yield Runtime(loop, listener, "proc")  # type: ignore[arg-type]
-    loop.close()
 
 
 def broadcast() -> list[bytes]:
@@ -35,15 +22,19 @@ def broadcast() -> list[bytes]:
     return [encode_header(header), b"payload"]
 
 
-def test_a_broadcast_for_a_peer_that_is_gone_is_dropped_quietly(runtime, caplog) -> None:
+def test_a_broadcast_for_a_peer_that_is_gone_is_dropped_quietly(bare_runtime, caplog) -> None:
     caplog.set_level(logging.DEBUG, logger="monarch")
     for _ in range(100):
-        runtime.undeliverable(broadcast(), "ipc:///proc-3", "the listener closed the connection")
+        bare_runtime.undeliverable(
+            broadcast(), "ipc:///proc-3", "the listener closed the connection"
+        )
     said = [r for r in caplog.records if "dropped a message" in r.getMessage()]
     assert len(said) == 100 and all(r.levelno == logging.DEBUG for r in said)
 
 
-def test_a_drop_that_is_a_mistake_is_said_loudly(runtime, caplog) -> None:
-    runtime.undeliverable(broadcast(), "ipc:///proc-3", "no actor a in this process", loud=True)
+def test_a_drop_that_is_a_mistake_is_said_loudly(bare_runtime, caplog) -> None:
+    bare_runtime.undeliverable(
+        broadcast(), "ipc:///proc-3", "no actor a in this process", loud=True
+    )
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "no actor a in this process" in caplog.text

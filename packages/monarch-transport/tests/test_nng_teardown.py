@@ -5,11 +5,13 @@ nng panics (SIGABRT) or its teardown hangs; both were seen at the end of a
 controller whose connection was still saying goodbye."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,6 +39,23 @@ LISTENER = """
 """
 
 
+@contextlib.contextmanager
+def listening(source: str, address: str) -> Iterator[subprocess.Popen[str]]:
+    """A process running ``source`` (a listener at ``address``), once it says
+    it listens; killed at the end."""
+    listener = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(source), address],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert listener.stdout is not None and listener.stdout.readline() == "listening\n"
+        yield listener
+    finally:
+        listener.kill()
+        listener.wait()
+
+
 def test_a_goodbye_ends_when_the_listener_dies_instead_of_waiting_for_its_answer(
     tmp_path, monkeypatch
 ):
@@ -44,13 +63,7 @@ def test_a_goodbye_ends_when_the_listener_dies_instead_of_waiting_for_its_answer
     monkeypatch.setenv("MONARCH_TRANSPORT", "nng")
     job_secret()  # made and exported: the listener's process shares it
     address = f"ipc://{tmp_path}/listener"
-    listener = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(LISTENER), address],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert listener.stdout is not None and listener.stdout.readline() == "listening\n"
+    with listening(LISTENER, address) as listener:
 
         async def main() -> None:
             out = await connect(address)
@@ -64,9 +77,6 @@ def test_a_goodbye_ends_when_the_listener_dies_instead_of_waiting_for_its_answer
             await asyncio.wait_for(closing, 30)
 
         asyncio.run(main())
-    finally:
-        listener.kill()
-        listener.wait()
 
 
 BLOCKED_AT_EXIT = """
@@ -146,13 +156,7 @@ def test_a_dial_whose_listener_dies_in_the_handshake_ends_at_once(tmp_path):
     """nng would wait for a redial until the handshake's deadline, holding up
     a process that dialed a peer ending with the job (4 s at a job's end)."""
     address = f"ipc://{tmp_path}/silent"
-    listener = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(SILENT_LISTENER), address],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert listener.stdout is not None and listener.stdout.readline() == "listening\n"
+    with listening(SILENT_LISTENER, address) as listener:
 
         async def main() -> None:
             settings = Settings(secret=b"s" * 32, handshake_timeout=600.0)
@@ -166,6 +170,3 @@ def test_a_dial_whose_listener_dies_in_the_handshake_ends_at_once(tmp_path):
                 await asyncio.wait_for(dialing, 30)
 
         asyncio.run(main())
-    finally:
-        listener.kill()
-        listener.wait()

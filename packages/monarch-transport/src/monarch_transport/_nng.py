@@ -532,6 +532,11 @@ class NngSender(Sender):
             return
         # nng would redial on its own (a new connection must authenticate anew),
         # and a goodbye waiting for this listener's answer would wait in vain
+        self._close()
+
+    def _close(self) -> None:
+        """Close the socket off the loop (which wakes a call blocked in it), or
+        on it once the exiting interpreter has no worker left to give."""
         if not _in_worker(self._loop, self._sock.close):
             self._sock.close()
 
@@ -632,9 +637,7 @@ class NngSender(Sender):
             await _off_loop(self._say_goodbye)
 
     async def _cut(self) -> None:
-        # closing wakes a send blocked on the peer; off the loop, as every close
-        if not _in_worker(self._loop, self._sock.close):
-            self._sock.close()
+        self._close()  # which wakes a send blocked on the peer
 
     def _say_goodbye(self) -> None:
         """nng may close a socket before its last messages are written (seen
